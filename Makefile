@@ -1,0 +1,39 @@
+# The README's two commands are `make run` and `make test`; both install what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: run test lint bench chart system-deps clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV) || (apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV))
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/egress-gateway serve --policy policies/default.yaml
+
+system-deps:
+	scripts/install-system-deps.sh
+
+test: $(STAMP) system-deps
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check gateway tests bench
+	$(BIN)/mypy --strict gateway
+
+chart: $(STAMP)
+	scripts/install-helm.sh
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest tests/chart
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(BIN)/python bench/extract.py --pages ../shared/fixtures/pages
+
+clean:
+	rm -rf $(VENV) .tools

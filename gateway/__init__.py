@@ -1,0 +1,3 @@
+"""egress-gateway: the one path by which containerized agents reach the internet."""
+
+__version__ = "0.1.0"

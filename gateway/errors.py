@@ -1,0 +1,120 @@
+"""The gateway's error taxonomy (DESIGN.md section 5).
+
+One exception type, `GatewayError`, carries a stable code; each code knows its HTTP status and
+whether a caller may retry. I/O edges translate OSError, ssl.SSLError and TimeoutError into it, so
+nothing else ever reaches a client. Messages are one line and never carry a secret.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorCode(StrEnum):
+    INVALID_INPUT = "invalid_input"
+    UNSAFE_URL = "unsafe_url"
+    BLOCKED_DESTINATION = "blocked_destination"
+    POLICY_DENIED = "policy_denied"
+    AUTH_REQUIRED = "auth_required"
+    DNS_FAILURE = "dns_failure"
+    CONNECT_FAILURE = "connect_failure"
+    REDIRECT_BLOCKED = "redirect_blocked"
+    TOO_LARGE = "too_large"
+    UNSUPPORTED_CONTENT = "unsupported_content"
+    CHALLENGED = "challenged"
+    ROBOTS_DISALLOWED = "robots_disallowed"
+    UPSTREAM_STATUS = "upstream_status"
+    TIMEOUT = "timeout"
+    CONTENT_CHANGED = "content_changed"
+    QUOTA_EXHAUSTED = "quota_exhausted"
+    CONCURRENCY_LIMITED = "concurrency_limited"
+    COOLDOWN = "cooldown"
+    RATE_LIMITED = "rate_limited"
+    UNAVAILABLE = "unavailable"
+    STORE_UNAVAILABLE = "store_unavailable"
+    POLICY_CHANGED = "policy_changed"
+
+
+HTTP_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.INVALID_INPUT: 400,
+    ErrorCode.UNSAFE_URL: 400,
+    ErrorCode.BLOCKED_DESTINATION: 403,
+    ErrorCode.POLICY_DENIED: 403,
+    ErrorCode.AUTH_REQUIRED: 407,
+    ErrorCode.DNS_FAILURE: 502,
+    ErrorCode.CONNECT_FAILURE: 502,
+    ErrorCode.REDIRECT_BLOCKED: 403,
+    ErrorCode.TOO_LARGE: 502,
+    ErrorCode.UNSUPPORTED_CONTENT: 415,
+    ErrorCode.CHALLENGED: 403,
+    ErrorCode.ROBOTS_DISALLOWED: 403,
+    ErrorCode.UPSTREAM_STATUS: 502,
+    ErrorCode.TIMEOUT: 504,
+    ErrorCode.CONTENT_CHANGED: 409,
+    ErrorCode.QUOTA_EXHAUSTED: 429,
+    ErrorCode.CONCURRENCY_LIMITED: 429,
+    ErrorCode.COOLDOWN: 429,
+    ErrorCode.RATE_LIMITED: 503,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.STORE_UNAVAILABLE: 503,
+    ErrorCode.POLICY_CHANGED: 409,
+}
+
+# A retry can succeed without the caller changing anything.
+RETRYABLE: frozenset[ErrorCode] = frozenset(
+    {
+        ErrorCode.DNS_FAILURE,
+        ErrorCode.CONNECT_FAILURE,
+        ErrorCode.TIMEOUT,
+        ErrorCode.CONCURRENCY_LIMITED,
+        ErrorCode.COOLDOWN,
+        ErrorCode.RATE_LIMITED,
+        ErrorCode.UNAVAILABLE,
+        ErrorCode.STORE_UNAVAILABLE,
+        ErrorCode.POLICY_CHANGED,
+        ErrorCode.UPSTREAM_STATUS,
+    }
+)
+
+MAX_MESSAGE_CHARS = 500
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """Collapse whitespace so a reason always fits one log or header line."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class GatewayError(Exception):
+    """The only error the gateway raises across a module boundary."""
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.code = code
+        self.message = one_line(message)
+        self.http_status = status if status is not None else HTTP_STATUS[code]
+        self.retry_after_s = retry_after_s
+        self.extra = extra or {}
+        super().__init__(f"{code}: {self.message}")
+
+    @property
+    def retryable(self) -> bool:
+        return self.code in RETRYABLE
+
+    def to_body(self) -> dict[str, Any]:
+        """The JSON error body of DESIGN.md section 3, plus any code-specific fields."""
+        error: dict[str, Any] = {
+            "code": str(self.code),
+            "message": self.message,
+            "retryable": self.retryable,
+        }
+        error.update(self.extra)
+        return {"error": error}
