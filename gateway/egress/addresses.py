@@ -190,8 +190,12 @@ class AddressGuard:
         self, address: IPAddress, *, extra_allow: Sequence[IPNetwork] = ()
     ) -> AddressVerdict:
         """Allowed, or denied with the range named. `extra_allow` is a per-host exception."""
-        if address in self._self_addresses:
+        verdict = self._vet_ranges(address, extra_allow)
+        if verdict.allowed and address in self._self_addresses:
             return AddressVerdict(address, False, f"{address} is one of the gateway's own listeners")
+        return verdict
+
+    def _vet_ranges(self, address: IPAddress, extra_allow: Sequence[IPNetwork]) -> AddressVerdict:
         for net in extra_allow:
             if address.version == net.version and address in net:
                 return AddressVerdict(address, True, f"{address} allowed by host rule {net}")
@@ -217,7 +221,7 @@ class AddressGuard:
         if embedded is not None:
             form, inner = embedded
             inner_verdict = self._vet_v4(inner)
-            where = rule.label if rule else form
+            where = f"{form} {rule.label}" if rule else form
             return AddressVerdict(
                 address,
                 False,

@@ -57,9 +57,7 @@ def make_reply(
 ) -> EngineReply:
     """Build a reply with lowercased header names so lookups are case-insensitive (RFC 9110 5.1)."""
     pairs = headers.items() if isinstance(headers, Mapping) else headers
-    return EngineReply(
-        status=status, headers={k.lower(): v for k, v in pairs}, body=body, url=url
-    )
+    return EngineReply(status=status, headers={k.lower(): v for k, v in pairs}, body=body, url=url)
 
 
 class Transport(Protocol):

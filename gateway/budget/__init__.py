@@ -1,0 +1,34 @@
+"""Budgets and shared state: reservations, concurrency leases, cooldowns and a small cache.
+
+One protocol (`BudgetStore`, in `store.py`) with two implementations: `MemoryBudgetStore` for a
+single process (the default) and `RedisBudgetStore` shared by replicas when `EGRESS_REDIS_URL` is
+set. `open_store` picks one; nothing else in the gateway names an implementation.
+"""
+
+from __future__ import annotations
+
+from gateway.budget.memory import MemoryBudgetStore
+from gateway.budget.model import BudgetCounts, Reservation, ToolLimits
+from gateway.budget.redis import RedisBudgetStore
+from gateway.budget.store import BudgetStore
+
+__all__ = [
+    "BudgetCounts",
+    "BudgetStore",
+    "MemoryBudgetStore",
+    "RedisBudgetStore",
+    "Reservation",
+    "ToolLimits",
+    "open_store",
+]
+
+
+def open_store(redis_url: str | None, *, namespace: str = "egress") -> BudgetStore:
+    """The store for these settings: Redis when a URL is given, else this process's memory.
+
+    Opening does not connect (redis-py connects lazily), so a gateway starts while Redis is down
+    and reports it through `ping()` (`/readyz`) and `store_unavailable` on budgeted calls.
+    """
+    if redis_url:
+        return RedisBudgetStore(redis_url, namespace=namespace)
+    return MemoryBudgetStore()

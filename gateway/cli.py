@@ -1,0 +1,131 @@
+"""Command-line entry point: argument parsing only; each command dispatches to its module.
+
+Exit codes: 0 success/allowed, 1 invalid policy file, 2 usage error, 3 denied (check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import secrets
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from gateway.errors import GatewayError
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_DENIED = 3
+
+
+def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", help="policy file (env EGRESS_POLICY)")
+    parser.add_argument("--proxy-listen", dest="proxy_listen", help="proxy IP:PORT (env EGRESS_PROXY_LISTEN)")
+    parser.add_argument("--api-listen", dest="api_listen", help="tools API IP:PORT (env EGRESS_API_LISTEN)")
+    parser.add_argument("--admin-listen", dest="admin_listen", help="admin IP:PORT (env EGRESS_ADMIN_LISTEN)")
+    parser.add_argument("--nameservers", help="comma list of host[:port] (env EGRESS_NAMESERVERS)")
+    parser.add_argument("--ca-bundle", dest="ca_bundle", help="extra trusted PEM (env EGRESS_CA_BUNDLE)")
+    parser.add_argument("--redis-url", dest="redis_url", help="shared budgets (env EGRESS_REDIS_URL)")
+    parser.add_argument("--audit-log", dest="audit_log", help="'-', a file, or 'off' (env EGRESS_AUDIT_LOG)")
+    parser.add_argument("--log-level", dest="log_level", help="debug|info|warning|error (env EGRESS_LOG_LEVEL)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="egress-gateway", description="The egress gateway for AI agents.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the daemon (proxy, tools API, admin)")
+    _add_settings_flags(serve)
+
+    check = commands.add_parser("check", help="resolve and decide a URL without connecting")
+    _add_settings_flags(check)
+    check.add_argument("--principal", help="principal name (default: the default principal)")
+    check.add_argument("url")
+
+    policy = commands.add_parser("policy", help="policy tools")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    lint = policy_commands.add_parser("lint", help="validate a policy file")
+    lint.add_argument("file")
+    policy_commands.add_parser("token", help="print a new token and its token_sha256 line")
+
+    fetch = commands.add_parser("fetch", help="fetch one page as markdown")
+    _add_settings_flags(fetch)
+    fetch.add_argument("url")
+    fetch.add_argument("--max-chars", dest="max_chars", type=int, default=16_000)
+
+    search = commands.add_parser("search", help="run one web search")
+    _add_settings_flags(search)
+    search.add_argument("query")
+    search.add_argument("--max-results", dest="max_results", type=int, default=10)
+    return parser
+
+
+def _settings_from(args: argparse.Namespace) -> Any:
+    from gateway.settings import load_settings  # noqa: PLC0415 - keep `--help` fast
+
+    flags = {
+        name: getattr(args, name, None)
+        for name in ("policy", "proxy_listen", "api_listen", "admin_listen", "nameservers",
+                     "ca_bundle", "redis_url", "audit_log", "log_level")
+    }
+    return load_settings(os.environ, flags)
+
+
+def _print_json(value: object) -> None:
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _policy_lint(path: str) -> int:
+    from gateway.policy.load import PolicyError, load_policy_file  # noqa: PLC0415
+
+    try:
+        policy = load_policy_file(path)
+    except PolicyError as exc:
+        for line in exc.errors:
+            sys.stderr.write(line + "\n")
+        return EXIT_INVALID
+    sys.stdout.write(f"{path}: valid, {len(policy.principals)} principal(s)\n")
+    return EXIT_OK
+
+
+def _policy_token() -> int:
+    from gateway.policy.decide import token_digest  # noqa: PLC0415
+
+    token = secrets.token_urlsafe(32)
+    sys.stdout.write(f"token: {token}\n")
+    sys.stdout.write(f'token_sha256: "{token_digest(token)}"\n')
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    if args.command == "policy":
+        return _policy_lint(args.file) if args.policy_command == "lint" else _policy_token()
+    try:
+        settings = _settings_from(args)
+    except GatewayError as exc:
+        sys.stderr.write(f"egress-gateway: {exc.message}\n")
+        return EXIT_USAGE
+    logging.basicConfig(
+        level=settings.log_level.upper(), stream=sys.stderr,
+        format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
+    )
+    from gateway import commands  # noqa: PLC0415
+
+    if args.command == "serve":
+        return commands.serve(settings)
+    if args.command == "check":
+        return asyncio.run(commands.check(settings, args.url, args.principal))
+    if args.command == "fetch":
+        return asyncio.run(commands.fetch_once(settings, args.url, args.max_chars))
+    return asyncio.run(commands.search_once(settings, args.query, args.max_results))

@@ -1,0 +1,91 @@
+"""What each CLI command does, given Settings: serve the daemon, check a URL, run a tool once."""
+
+from __future__ import annotations
+
+import sys
+
+import orjson
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.policy.load import PolicyError
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_DENIED = 3
+
+
+def _emit(value: object) -> None:
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def serve(settings: object) -> int:
+    from gateway.app import run_daemon  # noqa: PLC0415
+    from gateway.settings import Settings  # noqa: PLC0415
+
+    assert isinstance(settings, Settings)
+    try:
+        run_daemon(settings)
+    except PolicyError as exc:
+        for line in exc.errors:
+            sys.stderr.write(line + "\n")
+        return EXIT_INVALID
+    except GatewayError as exc:
+        sys.stderr.write(f"egress-gateway: {exc.message}\n")
+        return EXIT_USAGE
+    except OSError as exc:
+        sys.stderr.write(f"egress-gateway: cannot start: {exc}\n")
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+async def check(settings: object, url: str, principal_name: str | None) -> int:
+    """Resolve and decide without connecting; one JSON object on stdout."""
+    from gateway.egress.resolver import Resolver  # noqa: PLC0415
+    from gateway.egress.target import EgressCore  # noqa: PLC0415
+    from gateway.egress.urls import vet_url  # noqa: PLC0415
+    from gateway.policy.load import LoadedPolicy, load_policy_file  # noqa: PLC0415
+    from gateway.settings import Settings  # noqa: PLC0415
+
+    assert isinstance(settings, Settings)
+    try:
+        policy = load_policy_file(settings.policy_path)
+    except PolicyError as exc:
+        sys.stderr.write("\n".join(exc.errors) + "\n")
+        return EXIT_USAGE
+    loaded = LoadedPolicy(policy, 1)
+    result: dict[str, object] = {"allowed": False, "code": None, "reason": "", "host": None, "addresses": []}
+    resolver = Resolver(settings.nameservers, timeout_s=settings.dns_timeout_s)
+    try:
+        principal = policy.principals.get(principal_name) if principal_name else policy.default_principal
+        if principal is None:
+            raise GatewayError(ErrorCode.POLICY_DENIED, f"no principal {principal_name or 'default'!r} in the policy")
+        vetted = vet_url(
+            url,
+            allowed_ports=policy.defaults.ports,
+            literal_ips_allowed=policy.defaults.literal_ips == "allow",
+            refuse_secrets=False,
+        )
+        result["host"] = vetted.host.name
+        core = EgressCore(resolver, lambda: loaded, settings.listen_addresses)
+        target = await core.pin(principal, vetted.host, vetted.port)
+        result["addresses"] = [str(a) for a in target.addresses]
+        if target.would_deny is not None:
+            result.update(code=str(target.would_deny.code), reason=f"report mode, would deny: {target.would_deny.message}")
+            result["allowed"] = True
+        else:
+            result.update(allowed=True, reason=f"{vetted.host.name}:{vetted.port} allowed for {principal.name}")
+    except GatewayError as exc:
+        result.update(allowed=False, code=str(exc.code), reason=exc.message)
+    finally:
+        await resolver.close()
+    _emit(result)
+    return EXIT_OK if result["allowed"] else EXIT_DENIED
+
+
+async def fetch_once(settings: object, url: str, max_chars: int) -> int:
+    raise GatewayError(ErrorCode.UNAVAILABLE, "fetch is not wired yet")
+
+
+async def search_once(settings: object, query: str, max_results: int) -> int:
+    raise GatewayError(ErrorCode.UNAVAILABLE, "search is not wired yet")

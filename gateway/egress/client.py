@@ -1,0 +1,228 @@
+"""The guarded HTTP client that web_fetch and web_search use, and nothing else.
+
+Each hop: vet the URL, decide and pin the target, connect only to the pinned address (TLS with
+SNI and hostname checks against the name), read the body under a wire cap and a decoded cap.
+Redirects are followed by hand, each hop vetted again; https→http is refused; a request that
+carries a credential follows none. One deadline covers DNS, connect, every hop and the body.
+No cookies, no proxy from the environment, no caller-controlled headers beyond what the tools set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+import yarl
+from multidict import CIMultiDict
+
+from gateway.egress.connect import PinnedResolver, describe_connect_error
+from gateway.egress.decompress import BoundedBody
+from gateway.egress.target import EgressCore, PinnedTarget
+from gateway.egress.urls import VettedUrl, vet_url
+from gateway.errors import ErrorCode, GatewayError
+from gateway.policy.load import LoadedPolicy
+from gateway.policy.model import Principal
+
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+READ_CHUNK_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLimits:
+    max_redirects: int = 4
+    max_wire_bytes: int = 2 * 1024 * 1024
+    max_decoded_bytes: int = 2 * 1024 * 1024
+    deadline_s: float = 30.0
+    max_headers: int = 100
+    max_header_line_bytes: int = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundRequest:
+    url: str
+    method: str = "GET"
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes | None = None
+    # A credential (Authorization, API key) must never be replayed to wherever a redirect points.
+    carries_credential: bool = False
+    refuse_secret_params: bool = True
+    follow_redirects: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedResponse:
+    url: str
+    status: int
+    reason: str
+    headers: CIMultiDict[str]
+    body: bytes
+    wire_bytes: int
+    redirects: tuple[str, ...]
+    address: str
+    generation: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name)
+
+
+class GuardedClient:
+    """One instance per process; every call builds its own pinned connector."""
+
+    def __init__(self, core: EgressCore, ssl_context: ssl.SSLContext, user_agent: str) -> None:
+        self._core = core
+        self._ssl = ssl_context
+        self._user_agent = user_agent
+
+    async def fetch(
+        self,
+        request: OutboundRequest,
+        *,
+        principal: Principal,
+        limits: ClientLimits,
+        loaded: LoadedPolicy | None = None,
+    ) -> FetchedResponse:
+        """Run `request` under one deadline, following vetted redirects."""
+        loaded = loaded or self._core.loaded
+        try:
+            async with asyncio.timeout(limits.deadline_s):
+                return await self._follow(request, principal, limits, loaded)
+        except TimeoutError:
+            raise GatewayError(ErrorCode.TIMEOUT, f"the {limits.deadline_s:g} s deadline passed") from None
+
+    def _vet(self, url: str, request: OutboundRequest, loaded: LoadedPolicy) -> VettedUrl:
+        defaults = loaded.policy.defaults
+        return vet_url(
+            url,
+            allowed_ports=defaults.ports,
+            literal_ips_allowed=defaults.literal_ips == "allow",
+            refuse_secrets=request.refuse_secret_params,
+        )
+
+    async def _follow(
+        self, request: OutboundRequest, principal: Principal, limits: ClientLimits, loaded: LoadedPolicy
+    ) -> FetchedResponse:
+        url = request.url
+        method = request.method
+        body = request.body
+        hops: list[str] = []
+        while True:
+            try:
+                vetted = self._vet(url, request, loaded)
+                target = await self._core.pin(principal, vetted.host, vetted.port, loaded=loaded)
+            except GatewayError as exc:
+                if hops and exc.code in (ErrorCode.UNSAFE_URL, ErrorCode.BLOCKED_DESTINATION, ErrorCode.POLICY_DENIED):
+                    raise GatewayError(
+                        ErrorCode.REDIRECT_BLOCKED, f"redirect hop {len(hops)} refused ({exc.code}): {exc.message}"
+                    ) from None
+                raise
+            response, location = await self._one_hop(vetted, target, method, body, request, limits)
+            if location is None or not request.follow_redirects:
+                return _with_hops(response, hops)
+            if request.carries_credential:
+                raise GatewayError(ErrorCode.REDIRECT_BLOCKED, "a request carrying a credential follows no redirect")
+            if len(hops) >= limits.max_redirects:
+                raise GatewayError(ErrorCode.REDIRECT_BLOCKED, f"more than {limits.max_redirects} redirects")
+            next_url = _resolve_location(vetted.url, location)
+            if vetted.scheme == "https" and next_url.startswith("http:"):
+                raise GatewayError(ErrorCode.REDIRECT_BLOCKED, "redirect from https to http refused (downgrade)")
+            hops.append(vetted.url)
+            if response.status == 303 or (response.status in (301, 302) and method == "POST"):
+                method, body = "GET", None
+            url = next_url
+
+    async def _one_hop(
+        self,
+        vetted: VettedUrl,
+        target: PinnedTarget,
+        method: str,
+        body: bytes | None,
+        request: OutboundRequest,
+        limits: ClientLimits,
+    ) -> tuple[FetchedResponse, str | None]:
+        headers = CIMultiDict(request.headers)
+        headers["User-Agent"] = self._user_agent
+        headers.setdefault("Accept-Encoding", "gzip, deflate, br")
+        connector = aiohttp.TCPConnector(
+            resolver=PinnedResolver(target), ssl=self._ssl if vetted.scheme == "https" else False,
+            use_dns_cache=False, force_close=True, limit=1,
+        )
+        started = time.perf_counter()
+        async with aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
+            auto_decompress=False,
+            max_line_size=limits.max_header_line_bytes,
+            max_field_size=limits.max_header_line_bytes,
+            max_headers=limits.max_headers,
+            skip_auto_headers=("User-Agent",),
+        ) as session:
+            try:
+                async with session.request(
+                    method, yarl.URL(vetted.url, encoded=True), headers=headers, data=body,
+                    allow_redirects=False,
+                ) as resp:
+                    connected = time.perf_counter()
+                    location = resp.headers.get("Location") if resp.status in REDIRECT_STATUSES else None
+                    bounded = BoundedBody(
+                        None if location else resp.headers.get("Content-Encoding"),
+                        max_wire_bytes=limits.max_wire_bytes,
+                        max_decoded_bytes=limits.max_decoded_bytes,
+                    )
+                    if location is None:
+                        async for chunk in resp.content.iter_chunked(READ_CHUNK_BYTES):
+                            bounded.feed(chunk)
+                    peer = resp.connection.transport.get_extra_info("peername") if resp.connection and resp.connection.transport else None
+                    fetched = FetchedResponse(
+                        url=vetted.url,
+                        status=resp.status,
+                        reason=resp.reason or "",
+                        headers=CIMultiDict(resp.headers),
+                        body=bounded.result(),
+                        wire_bytes=bounded.wire_bytes,
+                        redirects=(),
+                        address=str(peer[0]) if peer else str(target.addresses[0]),
+                        generation=target.generation,
+                        timings={"dns_s": target.dns_s, "response_s": connected - started},
+                    )
+                    return fetched, location
+            except aiohttp.ClientResponseError as exc:
+                raise _header_error(exc) from None
+            except aiohttp.ClientConnectorCertificateError as exc:
+                raise GatewayError(ErrorCode.CONNECT_FAILURE, describe_connect_error(exc.certificate_error, target)) from None
+            except aiohttp.ClientConnectorError as exc:
+                raise GatewayError(ErrorCode.CONNECT_FAILURE, describe_connect_error(exc.os_error, target)) from None
+            except aiohttp.ClientPayloadError as exc:
+                raise GatewayError(ErrorCode.CONNECT_FAILURE, f"{target.name} sent a broken body: {exc.__class__.__name__}") from None
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                raise GatewayError(ErrorCode.CONNECT_FAILURE, f"{target.name} closed the connection ({exc.__class__.__name__})") from None
+            except aiohttp.ClientError as exc:
+                raise GatewayError(ErrorCode.CONNECT_FAILURE, f"request to {target.name} failed: {exc.__class__.__name__}") from None
+
+
+def _header_error(exc: aiohttp.ClientResponseError) -> GatewayError:
+    text = str(exc.message or exc)
+    if "too" in text.lower() or "large" in text.lower() or "long" in text.lower():
+        return GatewayError(ErrorCode.TOO_LARGE, f"response header cap hit: {text}")
+    return GatewayError(ErrorCode.CONNECT_FAILURE, f"malformed response: {text}")
+
+
+def _resolve_location(base: str, location: str) -> str:
+    try:
+        return str(yarl.URL(base, encoded=True).join(yarl.URL(location)))
+    except (ValueError, TypeError):
+        raise GatewayError(ErrorCode.REDIRECT_BLOCKED, "redirect Location cannot be parsed") from None
+
+
+def _with_hops(response: FetchedResponse, hops: list[str]) -> FetchedResponse:
+    if not hops:
+        return response
+    return FetchedResponse(
+        response.url, response.status, response.reason, response.headers, response.body,
+        response.wire_bytes, tuple(hops), response.address, response.generation, response.timings,
+    )
+

@@ -1,0 +1,1 @@
+"""Observability: every metric in metrics.py, the JSON audit log in audit.py."""

@@ -1,0 +1,34 @@
+"""The admin listener: /healthz (the loop answers), /readyz (ready to take traffic), /metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.observe.metrics import REGISTRY
+
+
+def build_admin_app(readiness: Callable[[], tuple[bool, dict[str, bool]]]) -> web.Application:
+    """`readiness` returns (ready, checks); checks name what is not ready for an operator."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        # Answering at all proves the event loop is alive; liveness must not depend on upstreams.
+        return web.json_response({"status": "ok"})
+
+    async def readyz(_: web.Request) -> web.Response:
+        ready, checks = readiness()
+        return web.json_response({"ready": ready, "checks": checks}, status=200 if ready else 503)
+
+    async def metrics(_: web.Request) -> web.Response:
+        body = generate_latest(REGISTRY)
+        response = web.Response(body=body)
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app

@@ -1,0 +1,115 @@
+"""The pure policy decision: who is asking, and may they reach this host, port and address.
+
+Takes a `Policy` and values; returns a `Decision`. No I/O, no clock, no asyncio, so every rule
+here is table-tested without a loop. The egress core calls these in order: authenticate, then
+`decide_destination` before resolving, then `decide_addresses` on every resolved answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gateway.egress.addresses import AddressGuard, IPAddress, IPNetwork
+from gateway.egress.urls import VettedHost
+from gateway.errors import ErrorCode, GatewayError
+from gateway.policy.model import Policy, Principal
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    code: ErrorCode | None
+    reason: str
+
+    @classmethod
+    def allow(cls, reason: str) -> Decision:
+        return cls(True, None, reason)
+
+    @classmethod
+    def deny(cls, code: ErrorCode, reason: str) -> Decision:
+        return cls(False, code, reason)
+
+    def to_error(self) -> GatewayError:
+        assert self.code is not None
+        return GatewayError(self.code, self.reason)
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def authenticate(policy: Policy, user: str | None, token: str | None) -> Principal:
+    """The principal a credential names, or the default principal when there is none.
+
+    Every stored hash is compared (constant time each) so the time taken does not reveal which
+    principal, if any, a token belongs to.
+    """
+    if token is None:
+        default = policy.default_principal
+        if default is None:
+            raise GatewayError(ErrorCode.AUTH_REQUIRED, "a credential is required (no default principal)")
+        return default
+    digest = token_digest(token)
+    match: Principal | None = None
+    for principal in policy.principals.values():
+        if principal.token_sha256 is not None and hmac.compare_digest(principal.token_sha256, digest):
+            match = principal
+    if match is None or (user is not None and user != match.name):
+        raise GatewayError(ErrorCode.AUTH_REQUIRED, "the credential is not valid")
+    return match
+
+
+def glob_matches(glob: str, name: str) -> bool:
+    """`*` matches every name; `*.example.com` subdomains only (not the apex); else exact."""
+    if glob == "*":
+        return True
+    if glob.startswith("*."):
+        return name.endswith(glob[1:]) and len(name) > len(glob) - 1
+    return name == glob
+
+
+def decide_destination(policy: Policy, principal: Principal, host: VettedHost, port: int) -> Decision:
+    """May `principal` reach `host:port` at all (before any DNS)?"""
+    if port not in policy.defaults.ports:
+        return Decision.deny(ErrorCode.POLICY_DENIED, f"port {port} is not in the policy's ports")
+    if host.ip is not None and policy.defaults.literal_ips != "allow":
+        return Decision.deny(ErrorCode.UNSAFE_URL, f"IP-literal host {host.name} is refused by policy (literal_ips: deny)")
+    rule = principal.egress
+    for glob in rule.deny_domains:
+        if glob_matches(glob, host.name):
+            return Decision.deny(ErrorCode.POLICY_DENIED, f"{host.name} matches deny_domains {glob!r} for {principal.name}")
+    for glob in rule.allow_domains:
+        if glob_matches(glob, host.name):
+            return Decision.allow(f"{host.name} matches allow_domains {glob!r}")
+    if any(r.host == host.name for r in rule.internal_hosts):
+        return Decision.allow(f"{host.name} is an internal host named by {principal.name}")
+    return Decision.deny(ErrorCode.POLICY_DENIED, f"{host.name} is not in {principal.name}'s allow_domains")
+
+
+def internal_exceptions(principal: Principal, host_name: str) -> tuple[IPNetwork, ...]:
+    """Ranges this principal lets `host_name` (and only it) resolve into."""
+    nets: list[IPNetwork] = []
+    for rule in principal.egress.internal_hosts:
+        if rule.host == host_name:
+            nets.extend(rule.cidrs)
+    return tuple(nets)
+
+
+def decide_addresses(
+    guard: AddressGuard,
+    principal: Principal,
+    host_name: str,
+    addresses: Sequence[IPAddress],
+) -> Decision:
+    """Every answer must pass: a name that answers both public and private is an attack."""
+    if not addresses:
+        return Decision.deny(ErrorCode.DNS_FAILURE, f"{host_name} has no usable address")
+    extra = internal_exceptions(principal, host_name)
+    for address in addresses:
+        verdict = guard.vet(address, extra_allow=extra)
+        if not verdict.allowed:
+            return Decision.deny(ErrorCode.BLOCKED_DESTINATION, f"{host_name} resolves to {verdict.reason}")
+    return Decision.allow(f"{host_name} resolves only to allowed addresses")

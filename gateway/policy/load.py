@@ -1,0 +1,390 @@
+"""Policy YAML → `Policy`, with `file:line: reason` errors, and the hot-reloading holder.
+
+Validation walks PyYAML's node tree (not the plain dict) so every error points at the line that
+caused it. A reload that fails keeps the last good policy. Every successful load gets the next
+generation number, which tool calls compare to notice a policy change mid-flight.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import idna
+import yaml
+
+from gateway.egress.addresses import IPNetwork
+from gateway.policy.model import (
+    Budgets,
+    Defaults,
+    EgressRule,
+    FetchSettings,
+    InternalHostRule,
+    Policy,
+    Principal,
+    ProxySettings,
+    SearchSettings,
+    ToolBudget,
+    ToolSwitches,
+)
+
+log = logging.getLogger("egress_gateway.policy")
+
+T = TypeVar("T")
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+_PRINCIPAL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class PolicyError(Exception):
+    """A policy file is invalid; `errors` holds `file:line: reason` lines."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(errors))
+
+
+class _Reader:
+    """Typed access to YAML nodes that records errors with their line numbers."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.errors: list[str] = []
+
+    def error(self, node: yaml.Node, message: str) -> None:
+        self.errors.append(f"{self.source}:{node.start_mark.line + 1}: {message}")
+
+    def mapping(self, node: yaml.Node, where: str, allowed: set[str]) -> dict[str, yaml.Node]:
+        if not isinstance(node, yaml.MappingNode):
+            self.error(node, f"{where} must be a mapping")
+            return {}
+        out: dict[str, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if not isinstance(key, str):
+                self.error(key_node, f"{where}: keys must be strings")
+                continue
+            if key in out:
+                self.error(key_node, f"{where}.{key} is given twice")
+                continue
+            if allowed and key not in allowed:
+                self.error(key_node, f"{where}: unknown key {key!r} (expected one of {sorted(allowed)})")
+                continue
+            out[key] = value_node
+        return out
+
+    def scalar(self, node: yaml.Node, where: str) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            self.error(node, f"{where} must be a single value")
+            return None
+        return yaml.safe_load(yaml.serialize(node))
+
+    def integer(self, node: yaml.Node, where: str, low: int, high: int) -> int | None:
+        value = self.scalar(node, where)
+        if isinstance(value, bool) or not isinstance(value, int):
+            if value is not None:
+                self.error(node, f"{where} must be an integer")
+            return None
+        if not low <= value <= high:
+            self.error(node, f"{where} must be between {low} and {high}, got {value}")
+            return None
+        return value
+
+    def number(self, node: yaml.Node, where: str, low: float, high: float) -> float | None:
+        value = self.scalar(node, where)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            if value is not None:
+                self.error(node, f"{where} must be a number")
+            return None
+        if not low <= value <= high:
+            self.error(node, f"{where} must be between {low} and {high}, got {value}")
+            return None
+        return float(value)
+
+    def boolean(self, node: yaml.Node, where: str) -> bool | None:
+        value = self.scalar(node, where)
+        if not isinstance(value, bool):
+            self.error(node, f"{where} must be true or false")
+            return None
+        return value
+
+    def choice(self, node: yaml.Node, where: str, choices: tuple[str, ...]) -> str | None:
+        value = self.scalar(node, where)
+        if value not in choices:
+            self.error(node, f"{where} must be one of {', '.join(choices)}, got {value!r}")
+            return None
+        return str(value)
+
+    def string(self, node: yaml.Node, where: str) -> str | None:
+        value = self.scalar(node, where)
+        if not isinstance(value, str) or not value:
+            self.error(node, f"{where} must be a non-empty string")
+            return None
+        return value
+
+    def sequence(self, node: yaml.Node, where: str) -> list[yaml.Node]:
+        if not isinstance(node, yaml.SequenceNode):
+            self.error(node, f"{where} must be a list")
+            return []
+        return list(node.value)
+
+    def cidrs(self, node: yaml.Node, where: str) -> tuple[IPNetwork, ...]:
+        nets: list[IPNetwork] = []
+        for item in self.sequence(node, where):
+            text = self.string(item, where)
+            if text is None:
+                continue
+            try:
+                nets.append(ipaddress.ip_network(text, strict=True))
+            except ValueError as exc:
+                self.error(item, f"{where}: {text!r} is not a CIDR network ({exc})")
+        return tuple(nets)
+
+    def domain_globs(self, node: yaml.Node, where: str) -> tuple[str, ...]:
+        globs: list[str] = []
+        for item in self.sequence(node, where):
+            text = self.string(item, where)
+            if text is None:
+                continue
+            glob = normalise_glob(text)
+            if glob is None:
+                self.error(item, f"{where}: {text!r} is not '*', '*.domain' or a domain name")
+            else:
+                globs.append(glob)
+        return tuple(globs)
+
+    def dataclass_fields(self, node: yaml.Node, where: str, base: T) -> T:
+        """Override a settings dataclass's fields from a mapping, type-checked by default value."""
+        names = {f.name for f in fields(base)}  # type: ignore[arg-type]
+        changes: dict[str, Any] = {}
+        for key, value_node in self.mapping(node, where, names).items():
+            current = getattr(base, key)
+            path = f"{where}.{key}"
+            value: Any
+            if isinstance(current, bool):
+                value = self.boolean(value_node, path)
+            elif isinstance(current, int):
+                value = self.integer(value_node, path, 0, 2**40)
+            elif isinstance(current, float):
+                value = self.number(value_node, path, 0.0, 86_400.0 * 7)
+            else:
+                value = self.string(value_node, path)
+                choices = _CHOICES.get(key)
+                if value is not None and choices and value not in choices:
+                    self.error(value_node, f"{path} must be one of {', '.join(choices)}")
+                    value = None
+            if value is not None:
+                changes[key] = value
+        return replace(base, **changes)  # type: ignore[type-var]
+
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "sni": ("require", "match-if-present", "off"),
+    "robots": ("respect", "ignore"),
+}
+
+
+def normalise_glob(text: str) -> str | None:
+    """`*`, `*.example.com` or `example.com`, IDNA-normalised; None if malformed."""
+    text = text.strip().lower().rstrip(".")
+    if text == "*":
+        return text
+    prefix = ""
+    if text.startswith("*."):
+        prefix, text = "*.", text[2:]
+    if not text or "*" in text or "/" in text or ":" in text:
+        return None
+    try:
+        ascii_name = idna.encode(text, uts46=True, transitional=False).decode("ascii")
+    except (idna.IDNAError, UnicodeError, ValueError):
+        # IP literals written in a rule are kept verbatim: literal hosts are matched as text.
+        try:
+            return prefix + str(ipaddress.ip_address(text)) if not prefix else None
+        except ValueError:
+            return None
+    return prefix + ascii_name
+
+
+def _tool_budget(reader: _Reader, node: yaml.Node, where: str, base: ToolBudget) -> ToolBudget:
+    keys = {"per_step", "per_run", "concurrent", "min_interval_s", "lease_ttl_s"}
+    items = reader.mapping(node, where, keys)
+    changes: dict[str, Any] = {}
+    for key in ("per_step", "per_run", "concurrent"):
+        if key in items:
+            value = reader.integer(items[key], f"{where}.{key}", 0, 1_000_000)
+            if value is not None:
+                changes[key] = value
+    for key in ("min_interval_s", "lease_ttl_s"):
+        if key in items:
+            number = reader.number(items[key], f"{where}.{key}", 0.0, 86_400.0)
+            if number is not None:
+                changes[key] = number
+    return replace(base, **changes)
+
+
+def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
+    where = f"principals.{name}"
+    items = reader.mapping(node, where, {"token_sha256", "egress", "tools", "budgets", "mode"})
+    principal = Principal(name=name)
+    token = None
+    if "token_sha256" in items:
+        token = reader.string(items["token_sha256"], f"{where}.token_sha256")
+        if token is not None and not _SHA256_HEX.match(token):
+            reader.error(items["token_sha256"], f"{where}.token_sha256 must be 64 lowercase hex digits")
+            token = None
+    egress = EgressRule()
+    if "egress" in items:
+        rule = reader.mapping(items["egress"], f"{where}.egress", {"allow_domains", "deny_domains", "internal_hosts"})
+        internal: list[InternalHostRule] = []
+        for entry in reader.sequence(rule["internal_hosts"], f"{where}.egress.internal_hosts") if "internal_hosts" in rule else []:
+            fields_ = reader.mapping(entry, f"{where}.egress.internal_hosts[]", {"host", "cidrs"})
+            host_node, cidr_node = fields_.get("host"), fields_.get("cidrs")
+            if host_node is None or cidr_node is None:
+                reader.error(entry, f"{where}.egress.internal_hosts entries need host and cidrs")
+                continue
+            host = reader.string(host_node, f"{where}.egress.internal_hosts[].host")
+            glob = normalise_glob(host) if host else None
+            if glob is None or glob.startswith("*"):
+                reader.error(host_node, f"{where}.egress.internal_hosts[].host must be one exact name")
+                continue
+            internal.append(InternalHostRule(glob, reader.cidrs(cidr_node, f"{where}.egress.internal_hosts[].cidrs")))
+        egress = EgressRule(
+            allow_domains=reader.domain_globs(rule["allow_domains"], f"{where}.egress.allow_domains") if "allow_domains" in rule else (),
+            deny_domains=reader.domain_globs(rule["deny_domains"], f"{where}.egress.deny_domains") if "deny_domains" in rule else (),
+            internal_hosts=tuple(internal),
+        )
+    tools = ToolSwitches()
+    if "tools" in items:
+        switches = reader.mapping(items["tools"], f"{where}.tools", {"search", "fetch"})
+        tools = ToolSwitches(
+            search=bool(reader.boolean(switches["search"], f"{where}.tools.search")) if "search" in switches else False,
+            fetch=bool(reader.boolean(switches["fetch"], f"{where}.tools.fetch")) if "fetch" in switches else False,
+        )
+    budgets = Budgets()
+    if "budgets" in items:
+        per_tool = reader.mapping(items["budgets"], f"{where}.budgets", {"search", "fetch"})
+        budgets = Budgets(
+            search=_tool_budget(reader, per_tool["search"], f"{where}.budgets.search", budgets.search) if "search" in per_tool else budgets.search,
+            fetch=_tool_budget(reader, per_tool["fetch"], f"{where}.budgets.fetch", budgets.fetch) if "fetch" in per_tool else budgets.fetch,
+        )
+    mode = reader.choice(items["mode"], f"{where}.mode", ("enforce", "report")) if "mode" in items else None
+    return replace(principal, token_sha256=token, egress=egress, tools=tools, budgets=budgets, mode=mode)  # type: ignore[arg-type]
+
+
+def _defaults(reader: _Reader, node: yaml.Node) -> Defaults:
+    items = reader.mapping(node, "defaults", {"mode", "ports", "literal_ips", "allow_cidrs", "deny_cidrs"})
+    defaults = Defaults()
+    changes: dict[str, Any] = {}
+    if "mode" in items:
+        changes["mode"] = reader.choice(items["mode"], "defaults.mode", ("enforce", "report"))
+    if "literal_ips" in items:
+        changes["literal_ips"] = reader.choice(items["literal_ips"], "defaults.literal_ips", ("deny", "allow"))
+    if "ports" in items:
+        ports = [reader.integer(p, "defaults.ports", 1, 65535) for p in reader.sequence(items["ports"], "defaults.ports")]
+        changes["ports"] = tuple(p for p in ports if p is not None)
+        if not changes["ports"]:
+            reader.error(items["ports"], "defaults.ports must name at least one port")
+    if "allow_cidrs" in items:
+        changes["allow_cidrs"] = reader.cidrs(items["allow_cidrs"], "defaults.allow_cidrs")
+    if "deny_cidrs" in items:
+        changes["deny_cidrs"] = reader.cidrs(items["deny_cidrs"], "defaults.deny_cidrs")
+    return replace(defaults, **{k: v for k, v in changes.items() if v is not None})
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    """Validate policy text; raise PolicyError listing every problem with its line."""
+    reader = _Reader(source)
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PolicyError([f"{source}:{line}: YAML syntax error: {problem}"]) from None
+    if root is None:
+        raise PolicyError([f"{source}:1: the policy file is empty"])
+    top = reader.mapping(root, "policy", {"version", "defaults", "principals", "fetch", "search", "proxy"})
+    version = reader.integer(top["version"], "version", 1, 1) if "version" in top else None
+    if "version" not in top:
+        reader.error(root, "version is required (version: 1)")
+    defaults = _defaults(reader, top["defaults"]) if "defaults" in top else Defaults()
+    principals: dict[str, Principal] = {}
+    if "principals" in top:
+        for name, node in reader.mapping(top["principals"], "principals", set()).items():
+            if not _PRINCIPAL_NAME.match(name):
+                reader.error(node, f"principal name {name!r} must be 1-64 letters, digits, '.', '_' or '-'")
+                continue
+            principals[name] = _principal(reader, name, node)
+    hashes = [p.token_sha256 for p in principals.values() if p.token_sha256]
+    if len(hashes) != len(set(hashes)):
+        reader.error(top.get("principals", root), "two principals share one token_sha256")
+    fetch = reader.dataclass_fields(top["fetch"], "fetch", FetchSettings()) if "fetch" in top else FetchSettings()
+    search = reader.dataclass_fields(top["search"], "search", SearchSettings()) if "search" in top else SearchSettings()
+    proxy = reader.dataclass_fields(top["proxy"], "proxy", ProxySettings()) if "proxy" in top else ProxySettings()
+    if reader.errors:
+        raise PolicyError(reader.errors)
+    assert version is not None
+    return Policy(version, defaults, principals, fetch, search, proxy, source)
+
+
+def load_policy_file(path: str | os.PathLike[str]) -> Policy:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError([f"{path}:0: cannot read the policy file ({exc.__class__.__name__}: {exc})"]) from None
+    return parse_policy(text, str(path))
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPolicy:
+    policy: Policy
+    generation: int
+
+
+class PolicyHolder:
+    """The current policy and its generation; reloads from the file, keeping the last good one."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        on_reload: Callable[[bool, int], None] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self._on_reload = on_reload
+        self._loaded = LoadedPolicy(load_policy_file(self.path), 1)
+        self._stamp = self._file_stamp()
+
+    @property
+    def current(self) -> LoadedPolicy:
+        return self._loaded
+
+    def _file_stamp(self) -> tuple[float, int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime, st.st_size, st.st_ino)
+
+    def changed_on_disk(self) -> bool:
+        return self._file_stamp() != self._stamp
+
+    def reload(self) -> bool:
+        """Load the file again. On failure keep the last good policy and report False."""
+        self._stamp = self._file_stamp()
+        try:
+            policy = load_policy_file(self.path)
+        except PolicyError as exc:
+            log.error("policy reload failed, keeping generation %d: %s", self._loaded.generation, exc)
+            if self._on_reload:
+                self._on_reload(False, self._loaded.generation)
+            return False
+        self._loaded = LoadedPolicy(policy, self._loaded.generation + 1)
+        log.info("policy reloaded from %s, generation %d", self.path, self._loaded.generation)
+        if self._on_reload:
+            self._on_reload(True, self._loaded.generation)
+        return True

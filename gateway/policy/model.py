@@ -1,0 +1,124 @@
+"""Typed policy objects (DESIGN.md section 4), immutable once loaded.
+
+A `Policy` is a value: the decision functions take it as an argument, and a reload replaces it
+whole with a higher generation. Never touches a file or a socket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gateway.egress.addresses import IPNetwork
+
+Mode = Literal["enforce", "report"]
+SniMode = Literal["require", "match-if-present", "off"]
+RobotsMode = Literal["respect", "ignore"]
+
+
+@dataclass(frozen=True, slots=True)
+class InternalHostRule:
+    """Lets one named host resolve into an internal range, without opening it to other names."""
+
+    host: str
+    cidrs: tuple[IPNetwork, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EgressRule:
+    allow_domains: tuple[str, ...] = ()
+    deny_domains: tuple[str, ...] = ()
+    internal_hosts: tuple[InternalHostRule, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSwitches:
+    search: bool = False
+    fetch: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolBudget:
+    per_step: int
+    per_run: int
+    concurrent: int
+    min_interval_s: float
+    lease_ttl_s: float = 45.0
+
+
+DEFAULT_SEARCH_BUDGET = ToolBudget(per_step=20, per_run=100, concurrent=1, min_interval_s=2.0)
+DEFAULT_FETCH_BUDGET = ToolBudget(per_step=40, per_run=200, concurrent=3, min_interval_s=0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Budgets:
+    search: ToolBudget = DEFAULT_SEARCH_BUDGET
+    fetch: ToolBudget = DEFAULT_FETCH_BUDGET
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    name: str
+    token_sha256: str | None = None
+    egress: EgressRule = field(default_factory=EgressRule)
+    tools: ToolSwitches = field(default_factory=ToolSwitches)
+    budgets: Budgets = field(default_factory=Budgets)
+    mode: Mode | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    mode: Mode = "enforce"
+    ports: tuple[int, ...] = (80, 443)
+    literal_ips: Literal["deny", "allow"] = "deny"
+    allow_cidrs: tuple[IPNetwork, ...] = ()
+    deny_cidrs: tuple[IPNetwork, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSettings:
+    max_redirects: int = 4
+    max_wire_bytes: int = 2 * 1024 * 1024
+    max_decoded_bytes: int = 2 * 1024 * 1024
+    deadline_s: float = 30.0
+    max_source_chars: int = 400_000
+    robots: RobotsMode = "respect"
+    robots_cache_s: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSettings:
+    cache_ttl_s: float = 900.0
+    deadline_s: float = 20.0
+    max_retry_after_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProxySettings:
+    sni: SniMode = "require"
+    head_timeout_s: float = 10.0
+    idle_timeout_s: float = 300.0
+    max_tunnel_lifetime_s: float = 3600.0
+    max_tunnels_per_principal: int = 256
+    max_tunnels_total: int = 4096
+    max_response_bytes: int = 100 * 1024 * 1024
+    drain_grace_s: float = 20.0
+    connect_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    version: int
+    defaults: Defaults
+    principals: dict[str, Principal]
+    fetch: FetchSettings = field(default_factory=FetchSettings)
+    search: SearchSettings = field(default_factory=SearchSettings)
+    proxy: ProxySettings = field(default_factory=ProxySettings)
+    source: str = "<memory>"
+
+    @property
+    def default_principal(self) -> Principal | None:
+        return self.principals.get("default")
+
+    def mode_for(self, principal: Principal) -> Mode:
+        return principal.mode or self.defaults.mode

@@ -1,0 +1,78 @@
+"""A SearXNG instance's JSON API (`<instance>/search?format=json`), asked and read.
+
+Owns the query parameters (time_range, language from region, `site:` in q) and the reading of
+`results[].{title,url,content}`. An instance with the JSON format disabled answers 403, reported as
+a refusal. There is no public default: the instance URL comes from EGRESS_SEARCH_SEARXNG_URL.
+Pure; never opens a socket.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from urllib.parse import urlencode
+
+from gateway.tools.search.engine import (
+    API_USER_AGENT,
+    EngineOutcome,
+    EngineSpec,
+    RawRow,
+    load_json,
+    status_outcome,
+)
+from gateway.tools.search.query import SearchQuery
+from gateway.tools.search.transport import EngineReply, EngineRequest
+
+NAME = "searxng"
+DEFAULT_URL = ""
+_TIME_RANGES = {"d": "day", "w": "week", "m": "month", "y": "year"}
+
+
+def search_endpoint(base_url: str) -> str:
+    """The instance's /search endpoint, whether the setting names the instance or the endpoint."""
+    trimmed = base_url.rstrip("/")
+    return trimmed if trimmed.endswith("/search") else trimmed + "/search"
+
+
+def build_request(query: SearchQuery, key: str | None, base_url: str, *, today: dt.date) -> EngineRequest:
+    del key, today
+    params: list[tuple[str, str]] = [
+        ("q", query.with_site_operator()),
+        ("format", "json"),
+        ("pageno", "1"),
+    ]
+    if query.time_range:
+        params.append(("time_range", _TIME_RANGES[query.time_range]))
+    if query.region and not query.region.startswith("wt-"):
+        country, language = query.region.split("-")
+        params.append(("language", f"{language}-{country.upper()}"))
+    headers = (("Accept", "application/json"), ("User-Agent", API_USER_AGENT))
+    return EngineRequest("GET", f"{search_endpoint(base_url)}?{urlencode(params)}", headers, None)
+
+
+def parse(reply: EngineReply) -> EngineOutcome:
+    failed = status_outcome(reply)
+    if failed is not None:
+        return failed
+    data = load_json(reply)
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        return EngineOutcome.unrecognised("no results array")
+    rows = [
+        RawRow(
+            title=str(item.get("title") or ""),
+            url=str(item["url"]),
+            snippet=str(item.get("content") or ""),
+        )
+        for item in data["results"]
+        if isinstance(item, dict) and item.get("url")
+    ]
+    return EngineOutcome.results(rows) if rows else EngineOutcome.no_results("empty results array")
+
+
+ENGINE = EngineSpec(
+    name=NAME,
+    tier="configured",
+    needs_key=False,
+    default_url=DEFAULT_URL,
+    build_request=build_request,
+    parse=parse,
+)

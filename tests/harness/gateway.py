@@ -1,0 +1,167 @@
+"""A real `egress-gateway serve` subprocess configured only through its settings.
+
+The policy is written to a temporary file; EGRESS_NAMESERVERS points at the fake DNS;
+EGRESS_CA_BUNDLE trusts the test CA; listeners take free loopback ports; the audit log goes to
+a file the test can read. `start()` waits for /readyz.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+READY_TIMEOUT_S = 20.0
+
+
+def free_port(ip: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((ip, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def policy_document(
+    *,
+    allow_cidrs: Sequence[str] = (),
+    ports: Sequence[int] = (80, 443),
+    principals: Mapping[str, Any] | None = None,
+    **sections: Any,
+) -> dict[str, Any]:
+    """A policy dict: the default principal may reach everything and use both tools unless given."""
+    defaults = dict(sections.pop("defaults", {}))
+    defaults.setdefault("ports", sorted(set(ports)))
+    defaults.setdefault("allow_cidrs", list(allow_cidrs))
+    document: dict[str, Any] = {
+        "version": 1,
+        "defaults": defaults,
+        "principals": dict(principals) if principals is not None else {
+            "default": {"egress": {"allow_domains": ["*"]}, "tools": {"search": True, "fetch": True}},
+        },
+    }
+    document.update(sections)
+    return document
+
+
+class GatewayProcess:
+    def __init__(
+        self,
+        workdir: Path,
+        policy: Mapping[str, Any],
+        *,
+        nameserver: str,
+        ca_bundle: Path | None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.policy_path = workdir / "policy.yaml"
+        self.audit_path = workdir / "audit.log"
+        self.write_policy(policy)
+        self.proxy_port = free_port()
+        self.api_port = free_port()
+        self.admin_port = free_port()
+        self.env = {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": os.environ.get("HOME", "/tmp"),
+            "EGRESS_POLICY": str(self.policy_path),
+            "EGRESS_PROXY_LISTEN": f"127.0.0.1:{self.proxy_port}",
+            "EGRESS_API_LISTEN": f"127.0.0.1:{self.api_port}",
+            "EGRESS_ADMIN_LISTEN": f"127.0.0.1:{self.admin_port}",
+            "EGRESS_NAMESERVERS": nameserver,
+            "EGRESS_AUDIT_LOG": str(self.audit_path),
+            "EGRESS_LOG_LEVEL": "info",
+            # No engine reaches the internet from a test unless the test routes it locally.
+            "EGRESS_SEARCH_ENGINES": "duckduckgo",
+        }
+        if ca_bundle is not None:
+            self.env["EGRESS_CA_BUNDLE"] = str(ca_bundle)
+        self.env.update(env or {})
+        self.process: subprocess.Popen[bytes] | None = None
+        self.stderr_path = workdir / "stderr.log"
+
+    def write_policy(self, policy: Mapping[str, Any]) -> None:
+        tmp = self.policy_path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(dict(policy), sort_keys=False))
+        tmp.replace(self.policy_path)
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://127.0.0.1:{self.proxy_port}"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self) -> GatewayProcess:
+        with self.stderr_path.open("wb") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "gateway", "serve"],
+                env=self.env, stdout=subprocess.DEVNULL, stderr=stderr, cwd=self.workdir,
+            )
+        self.wait_ready()
+        return self
+
+    def readyz(self) -> tuple[int, dict[str, Any]]:
+        try:
+            with urllib.request.urlopen(f"{self.admin_url}/readyz", timeout=2) as response:
+                return response.status, orjson.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, orjson.loads(exc.read() or b"{}")
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gateway exited with {self.process.returncode}: {self.stderr()}")
+            try:
+                status, _ = self.readyz()
+                if status == 200:
+                    return
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"gateway not ready after {timeout_s} s: {self.stderr()}")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+    def audit_lines(self) -> list[dict[str, Any]]:
+        if not self.audit_path.exists():
+            return []
+        return [orjson.loads(line) for line in self.audit_path.read_bytes().splitlines() if line.strip()]
+
+    def signal(self, signum: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(signum)
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+            raise

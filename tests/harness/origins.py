@@ -1,0 +1,130 @@
+"""Loopback origins: aiohttp servers on 127.0.0.2–254 with trustme certificates.
+
+They run on a dedicated event loop in a background thread so both async tests (in-process
+gateway) and blocking tests (curl against a gateway subprocess) can use them. Each origin gets
+its own loopback address; the policy names that exact /32 as an exception, so the rest of
+127.0.0.0/8 stays denied and deny tests stay meaningful.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import threading
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from tests.harness.certs import TestPKI
+from tests.harness.dns import FakeDNS
+
+T = TypeVar("T")
+
+
+class HarnessLoop:
+    """An event loop in a daemon thread; `run` executes a coroutine there and waits."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="harness-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout_s: float = 30.0) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result(timeout_s)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.loop.close()
+
+
+@dataclass
+class Origin:
+    ip: str
+    port: int
+    names: tuple[str, ...]
+    tls: bool
+    runner: web.AppRunner
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+    def url(self, path: str = "/", name: str | None = None) -> str:
+        return f"{self.scheme}://{name or self.name}:{self.port}{path}"
+
+    @property
+    def cidr(self) -> str:
+        return f"{self.ip}/32"
+
+
+def _free_port(ip: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((ip, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class OriginFactory:
+    """Starts origins for a test session and routes their names through the fake DNS."""
+
+    _addresses = itertools.count(2)
+
+    def __init__(self, loop: HarnessLoop, pki: TestPKI, dns: FakeDNS) -> None:
+        self._loop = loop
+        self._pki = pki
+        self._dns = dns
+        self._origins: list[Origin] = []
+
+    def next_ip(self) -> str:
+        index = next(self._addresses)
+        if index > 254:
+            raise RuntimeError("the harness ran out of loopback addresses")
+        return f"127.0.0.{index}"
+
+    def start(
+        self,
+        app: web.Application,
+        names: Sequence[str] = ("docs.example.org",),
+        *,
+        tls: bool = True,
+        ip: str | None = None,
+        port: int | None = None,
+        register_dns: bool = True,
+        cert_names: Sequence[str] | None = None,
+    ) -> Origin:
+        ip = ip or self.next_ip()
+        port = port or _free_port(ip)
+        context = self._pki.server_context(*(cert_names or names)) if tls else None
+
+        async def _start() -> web.AppRunner:
+            runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+            await runner.setup()
+            site = web.TCPSite(runner, ip, port, ssl_context=context, reuse_address=True)
+            await site.start()
+            return runner
+
+        runner = self._loop.run(_start())
+        origin = Origin(ip, port, tuple(names), tls, runner)
+        self._origins.append(origin)
+        if register_dns:
+            for name in names:
+                self._dns.add(name, ip)
+        return origin
+
+    def stop(self, origin: Origin) -> None:
+        self._loop.run(origin.runner.cleanup())
+        self._origins.remove(origin)
+
+    def stop_all(self) -> None:
+        for origin in list(self._origins):
+            self.stop(origin)
