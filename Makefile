@@ -21,7 +21,8 @@ system-deps:
 	scripts/install-system-deps.sh
 
 test: $(STAMP) system-deps
-	$(BIN)/python -m pytest
+	scripts/install-helm.sh
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check gateway tests bench

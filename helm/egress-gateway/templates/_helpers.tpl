@@ -1,0 +1,328 @@
+{{/*
+Helpers for the egress-gateway chart.
+
+The "egress-gateway.sidecar*" and "egress-gateway.agentEnv" templates are also included by
+workload charts that depend on this chart. They take a context with .Values (this chart's
+values), .Release and .Capabilities, so none of them reads .Chart, and names derive from the
+release name only (the ConfigMap and Secret this chart renders are then found by the workload):
+
+  {{- $egw := dict "Values" (index .Values "egress-gateway") "Release" .Release "Capabilities" .Capabilities }}
+*/}}
+
+{{- define "egress-gateway.name" -}}
+{{- default "egress-gateway" .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "egress-gateway.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := include "egress-gateway.name" . }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "egress-gateway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "egress-gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "egress-gateway.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "egress-gateway.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: {{ .Values.mode }}
+{{- end }}
+
+{{- define "egress-gateway.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "egress-gateway.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "egress-gateway.configMapName" -}}
+{{- default (printf "%s-policy" (include "egress-gateway.fullname" .)) .Values.policy.existingConfigMap }}
+{{- end }}
+
+{{- define "egress-gateway.secretName" -}}
+{{- default (include "egress-gateway.fullname" .) .Values.secret.existingSecret }}
+{{- end }}
+
+{{/* The image reference; a digest wins over the tag. */}}
+{{- define "egress-gateway.image" -}}
+{{- $tag := .Values.image.tag }}
+{{- if not $tag }}
+{{- $fromChart := "" }}
+{{- with .Chart }}{{ if eq .Name "egress-gateway" }}{{ $fromChart = .AppVersion }}{{ end }}{{ end }}
+{{- $tag = required "image.tag is required when the sidecar templates are included from another chart" $fromChart }}
+{{- end }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when sidecar mode renders a Kubernetes native sidecar (>= 1.29, beta on by default). */}}
+{{- define "egress-gateway.nativeSidecar" -}}
+{{- if and .Values.sidecar.native (semverCompare ">=1.29-0" .Capabilities.KubeVersion.Version) }}true{{ end }}
+{{- end }}
+
+{{/* Listen hosts: see values.yaml `listen`. */}}
+{{- define "egress-gateway.proxyHost" -}}
+{{- .Values.listen.proxyHost | default (ternary "127.0.0.1" "0.0.0.0" (eq .Values.mode "sidecar")) }}
+{{- end }}
+{{- define "egress-gateway.apiHost" -}}
+{{- .Values.listen.apiHost | default (ternary "127.0.0.1" "0.0.0.0" (eq .Values.mode "sidecar")) }}
+{{- end }}
+{{- define "egress-gateway.adminHost" -}}
+{{- .Values.listen.adminHost | default "0.0.0.0" }}
+{{- end }}
+
+{{/* Refuse settings that would render a broken or unsafe gateway. */}}
+{{- define "egress-gateway.validate" -}}
+{{- $s := .Values.shutdown }}
+{{- if le (int $s.terminationGracePeriodSeconds) (add $s.drainSeconds $s.preStopSleepSeconds | int) }}
+{{- fail (printf "shutdown.terminationGracePeriodSeconds (%d) must exceed shutdown.preStopSleepSeconds + shutdown.drainSeconds (%d)" (int $s.terminationGracePeriodSeconds) (add $s.drainSeconds $s.preStopSleepSeconds | int)) }}
+{{- end }}
+{{- if and .Values.networkPolicy.enabled (not (or .Values.networkPolicy.agentSelector.matchLabels .Values.networkPolicy.agentSelector.matchExpressions)) }}
+{{- fail "networkPolicy.agentSelector must select the agent pods (an empty selector would lock down every pod of the namespace)" }}
+{{- end }}
+{{- if and .Values.networkPolicy.enabled .Values.networkPolicy.redis.enabled (not .Values.networkPolicy.redis.to) }}
+{{- fail "networkPolicy.redis.to must list the Redis peers (podSelector/namespaceSelector/ipBlock)" }}
+{{- end }}
+{{- if and .Values.metrics.serviceMonitor.enabled (eq .Values.mode "sidecar") }}
+{{- fail "metrics.serviceMonitor needs mode=deployment (in sidecar mode scrape the workload's pods with a PodMonitor)" }}
+{{- end }}
+{{- end }}
+
+{{/* checksum/* pod annotations: a changed inline policy or chart-made Secret rolls the pods.
+Secret values reach the gateway as env vars, which are read once at start. */}}
+{{- define "egress-gateway.checksumAnnotations" -}}
+{{- if and .Values.policy.checksumAnnotation (not .Values.policy.existingConfigMap) }}
+checksum/policy: {{ include "egress-gateway.policyData" . | sha256sum }}
+{{- end }}
+{{- if not .Values.secret.existingSecret }}
+checksum/secret: {{ include "egress-gateway.secretData" . | sha256sum }}
+{{- end }}
+{{- end }}
+
+{{- define "egress-gateway.policyData" -}}
+{{ .Values.policy.key }}: |
+  {{- toYaml .Values.policy.inline | nindent 2 }}
+{{- end }}
+
+{{- define "egress-gateway.secretData" -}}
+{{- $s := .Values.secret }}
+{{- with $s.searchKeys.tavily }}
+EGRESS_SEARCH_TAVILY_KEY: {{ . | b64enc | quote }}
+{{- end }}
+{{- with $s.searchKeys.exa }}
+EGRESS_SEARCH_EXA_KEY: {{ . | b64enc | quote }}
+{{- end }}
+{{- with $s.searchKeys.braveApi }}
+EGRESS_SEARCH_BRAVE_API_KEY: {{ . | b64enc | quote }}
+{{- end }}
+{{- with $s.fetchReaderKey }}
+EGRESS_FETCH_READER_KEY: {{ . | b64enc | quote }}
+{{- end }}
+{{- with $s.redisUrl }}
+EGRESS_REDIS_URL: {{ . | b64enc | quote }}
+{{- end }}
+{{- range $principal, $token := $s.agentTokens }}
+token-{{ $principal }}: {{ $token | b64enc | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The gateway's env: settings from values, secrets by reference (optional keys). */}}
+{{- define "egress-gateway.env" -}}
+- name: EGRESS_POLICY
+  value: {{ printf "/etc/egress-gateway/policy/%s" .Values.policy.key | quote }}
+- name: EGRESS_PROXY_LISTEN
+  value: {{ printf "%s:%d" (include "egress-gateway.proxyHost" .) (int .Values.ports.proxy) | quote }}
+- name: EGRESS_API_LISTEN
+  value: {{ printf "%s:%d" (include "egress-gateway.apiHost" .) (int .Values.ports.api) | quote }}
+- name: EGRESS_ADMIN_LISTEN
+  value: {{ printf "%s:%d" (include "egress-gateway.adminHost" .) (int .Values.ports.admin) | quote }}
+- name: EGRESS_AUDIT_LOG
+  value: {{ .Values.config.auditLog | quote }}
+- name: EGRESS_LOG_LEVEL
+  value: {{ .Values.config.logLevel | quote }}
+{{- with .Values.config.nameservers }}
+- name: EGRESS_NAMESERVERS
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.config.caBundle }}
+- name: EGRESS_CA_BUNDLE
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.config.searchEngines }}
+- name: EGRESS_SEARCH_ENGINES
+  value: {{ . | quote }}
+{{- end }}
+{{- $secretName := include "egress-gateway.secretName" . }}
+{{- range list "EGRESS_SEARCH_TAVILY_KEY" "EGRESS_SEARCH_EXA_KEY" "EGRESS_SEARCH_BRAVE_API_KEY" "EGRESS_FETCH_READER_KEY" "EGRESS_REDIS_URL" }}
+- name: {{ . }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secretName }}
+      key: {{ . }}
+      optional: true
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The gateway container, without the list dash. role: deployment | native | legacy. */}}
+{{- define "egress-gateway.container" -}}
+{{- $v := .ctx.Values -}}
+name: {{ .name }}
+image: {{ include "egress-gateway.image" .ctx }}
+imagePullPolicy: {{ $v.image.pullPolicy }}
+{{- if eq .role "native" }}
+restartPolicy: Always
+{{- end }}
+ports:
+  - name: proxy
+    containerPort: {{ $v.ports.proxy }}
+    protocol: TCP
+  - name: api
+    containerPort: {{ $v.ports.api }}
+    protocol: TCP
+  - name: admin
+    containerPort: {{ $v.ports.admin }}
+    protocol: TCP
+env:
+  {{- include "egress-gateway.env" .ctx | nindent 2 }}
+{{- if eq .role "native" }}
+startupProbe:
+  httpGet:
+    path: {{ $v.probes.startup.path }}
+    port: admin
+  periodSeconds: {{ $v.probes.startup.periodSeconds }}
+  timeoutSeconds: {{ $v.probes.startup.timeoutSeconds }}
+  failureThreshold: {{ $v.probes.startup.failureThreshold }}
+{{- end }}
+livenessProbe:
+  httpGet:
+    path: {{ $v.probes.liveness.path }}
+    port: admin
+  initialDelaySeconds: {{ $v.probes.liveness.initialDelaySeconds }}
+  periodSeconds: {{ $v.probes.liveness.periodSeconds }}
+  timeoutSeconds: {{ $v.probes.liveness.timeoutSeconds }}
+  failureThreshold: {{ $v.probes.liveness.failureThreshold }}
+readinessProbe:
+  httpGet:
+    path: {{ $v.probes.readiness.path }}
+    port: admin
+  periodSeconds: {{ $v.probes.readiness.periodSeconds }}
+  timeoutSeconds: {{ $v.probes.readiness.timeoutSeconds }}
+  failureThreshold: {{ $v.probes.readiness.failureThreshold }}
+{{- if and (ne .role "native") (gt (int $v.shutdown.preStopSleepSeconds) 0) }}
+lifecycle:
+  preStop:
+    exec:
+      command: ["/bin/sleep", "{{ $v.shutdown.preStopSleepSeconds }}"]
+{{- end }}
+securityContext:
+  {{- toYaml $v.securityContext | nindent 2 }}
+resources:
+  {{- toYaml $v.resources | nindent 2 }}
+terminationMessagePolicy: FallbackToLogsOnError
+volumeMounts:
+  - name: egress-gateway-policy
+    mountPath: /etc/egress-gateway/policy
+    readOnly: true
+  - name: egress-gateway-tmp
+    mountPath: /tmp
+  {{- with $v.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}
+
+{{/* Pod volumes for the gateway container (policy directory, /tmp). */}}
+{{- define "egress-gateway.volumes" -}}
+- name: egress-gateway-policy
+  configMap:
+    name: {{ include "egress-gateway.configMapName" . }}
+    items:
+      - key: {{ .Values.policy.key }}
+        path: {{ .Values.policy.key }}
+- name: egress-gateway-tmp
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ .Values.tmpSizeLimit }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Sidecar templates for workload charts. Each renders list items (or nothing):
+  initContainers: {{ include "egress-gateway.sidecar.initContainers" $egw }}   native (>= 1.29)
+  containers:     {{ include "egress-gateway.sidecar.containers" $egw }}       legacy (< 1.29)
+  volumes:        {{ include "egress-gateway.sidecar.volumes" $egw }}
+  agent env:      {{ include "egress-gateway.agentEnv" $egw }}
+  pod annotations:{{ include "egress-gateway.checksumAnnotations" $egw }}
+"egress-gateway.sidecar" is the container entry itself, in the shape the cluster version needs.
+*/}}
+{{- define "egress-gateway.sidecar" -}}
+{{- $role := ternary "native" "legacy" (eq (include "egress-gateway.nativeSidecar" .) "true") -}}
+- {{ include "egress-gateway.container" (dict "ctx" . "role" $role "name" .Values.sidecar.containerName) | indent 2 | trim }}
+{{- end }}
+
+{{- define "egress-gateway.sidecar.initContainers" -}}
+{{- if include "egress-gateway.nativeSidecar" . -}}
+{{- include "egress-gateway.sidecar" . }}
+{{- end }}
+{{- end }}
+
+{{- define "egress-gateway.sidecar.containers" -}}
+{{- if not (include "egress-gateway.nativeSidecar" .) -}}
+{{- include "egress-gateway.sidecar" . }}
+{{- end }}
+{{- end }}
+
+{{- define "egress-gateway.sidecar.volumes" -}}
+{{- include "egress-gateway.volumes" . }}
+{{- end }}
+
+{{/* Where agents reach the gateway. */}}
+{{- define "egress-gateway.proxyURL" -}}
+{{- if eq .Values.mode "sidecar" }}
+{{- printf "http://127.0.0.1:%d" (int .Values.ports.proxy) }}
+{{- else }}
+{{- printf "http://%s.%s.svc.cluster.local:%d" (include "egress-gateway.fullname" .) .Release.Namespace (int .Values.ports.proxy) }}
+{{- end }}
+{{- end }}
+
+{{- define "egress-gateway.apiURL" -}}
+{{- if eq .Values.mode "sidecar" }}
+{{- printf "http://127.0.0.1:%d" (int .Values.ports.api) }}
+{{- else }}
+{{- printf "http://%s.%s.svc.cluster.local:%d" (include "egress-gateway.fullname" .) .Release.Namespace (int .Values.ports.api) }}
+{{- end }}
+{{- end }}
+
+{{/* Env entries for an agent container: both spellings, since curl reads only lowercase
+http_proxy and other tools read only one of the two. */}}
+{{- define "egress-gateway.agentEnv" -}}
+{{- $proxy := include "egress-gateway.proxyURL" . }}
+{{- $noProxy := join "," .Values.agentEnv.noProxy -}}
+{{- range list "HTTPS_PROXY" "HTTP_PROXY" "https_proxy" "http_proxy" }}
+- name: {{ . }}
+  value: {{ $proxy | quote }}
+{{- end }}
+{{- range list "NO_PROXY" "no_proxy" }}
+- name: {{ . }}
+  value: {{ $noProxy | quote }}
+{{- end }}
+{{- end }}
