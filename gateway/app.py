@@ -25,6 +25,12 @@ from gateway.observe.audit import AuditLog
 from gateway.policy.load import PolicyHolder
 from gateway.settings import ListenAddress, Settings
 from gateway.tasks import spawn
+from gateway.tools.api import ToolsApi
+from gateway.tools.calls import ToolCalls
+from gateway.tools.extract_pool import ExtractionPool
+from gateway.tools.fetch import FetchTool, ReaderService
+from gateway.tools.robots import RobotsCache
+from gateway.tools.search_tool import SearchTool
 
 log = logging.getLogger("egress_gateway")
 
@@ -77,17 +83,35 @@ class Gateway:
         await web.TCPSite(runner, listen.host, listen.port, reuse_address=True).start()
         self._runners.append(runner)
 
-    async def start(self) -> None:
+    def build_core(self) -> None:
+        """The resolver, egress core, guarded client and extraction pool (inside the loop)."""
         self.resolver = Resolver(self.settings.nameservers, timeout_s=self.settings.dns_timeout_s)
         self.core = EgressCore(
             self.resolver, lambda: self.policy.current, self.settings.listen_addresses, on_dns=_record_dns
         )
         self.client = GuardedClient(self.core, self.ssl_context, self.settings.user_agent)
+        self.extraction = ExtractionPool()
+
+    async def start(self) -> None:
+        self.build_core()
+        await self._serve_app(self.tools_api().app(), self.settings.api_listen)
         await self._serve_app(build_admin_app(self.readiness), self.settings.admin_listen)
         self._listeners_bound = True
         self._background.append(spawn(self._watch_policy_file(), name="policy-watch"))
         self._background.append(spawn(self._watch_store(), name="store-watch"))
-        log.info("egress-gateway listening: admin %s", self.settings.admin_listen)
+        log.info("egress-gateway listening: api %s, admin %s", self.settings.api_listen, self.settings.admin_listen)
+
+    def tools_api(self) -> ToolsApi:
+        settings = self.settings
+        reader = ReaderService(settings.fetch_reader_url, settings.fetch_reader_key) if settings.fetch_reader_url else None
+        robots = RobotsCache(self.policy.current.policy.fetch.robots_cache_s)
+        return ToolsApi(
+            lambda: self.policy.current,
+            ToolCalls(self.store, lambda: self.policy.current),
+            FetchTool(self.client, self.extraction, robots, reader),
+            SearchTool(self.client, self.store, settings),
+            self.audit,
+        )
 
     async def _watch_policy_file(self) -> None:
         while True:
@@ -119,19 +143,21 @@ class Gateway:
         self._draining = True
         for task in self._background:
             task.cancel()
+        if not hasattr(self, "resolver"):
+            return
         for runner in reversed(self._runners):
             await runner.cleanup()
         with contextlib.suppress(Exception):
             await self.store.close()
         await self.resolver.close()
+        self.extraction.close()
         self.audit.close()
 
 
 def run_daemon(settings: Settings) -> None:
     try:
         import uvloop  # noqa: PLC0415 - optional accelerator
-
-        runner = uvloop.run
     except ImportError:
-        runner = asyncio.run
-    runner(Gateway(settings).run())
+        asyncio.run(Gateway(settings).run())
+        return
+    uvloop.run(Gateway(settings).run())

@@ -83,9 +83,47 @@ async def check(settings: object, url: str, principal_name: str | None) -> int:
     return EXIT_OK if result["allowed"] else EXIT_DENIED
 
 
+async def _run_tool_once(settings: object, tool: str, payload: dict[str, object]) -> dict[str, object]:
+    from gateway.app import Gateway  # noqa: PLC0415
+    from gateway.settings import Settings  # noqa: PLC0415
+    from gateway.tools.calls import CallContext  # noqa: PLC0415
+
+    assert isinstance(settings, Settings)
+    gateway = Gateway(settings)
+    gateway.build_core()
+    try:
+        loaded = gateway.policy.current
+        principal = loaded.policy.default_principal
+        if principal is None:
+            raise GatewayError(ErrorCode.AUTH_REQUIRED, "the policy has no default principal for the terminal")
+        context = CallContext(principal, loaded, None, None)
+        return await gateway.tools_api().invoke(tool, context, payload, {})
+    finally:
+        await gateway.shutdown()
+
+
 async def fetch_once(settings: object, url: str, max_chars: int) -> int:
-    raise GatewayError(ErrorCode.UNAVAILABLE, "fetch is not wired yet")
+    """Print one page as markdown (the content window), with where to continue."""
+    try:
+        result = await _run_tool_once(settings, "fetch", {"url": url, "maxChars": max_chars})
+    except GatewayError as exc:
+        sys.stderr.write(f"{exc.code}: {exc.message}\n")
+        return EXIT_DENIED
+    sys.stdout.write(str(result["content"]) + "\n")
+    if result["nextOffset"] is not None:
+        sys.stderr.write(f"(truncated: continue with offset {result['nextOffset']}, hash {result['contentHash']})\n")
+    return EXIT_OK
 
 
 async def search_once(settings: object, query: str, max_results: int) -> int:
-    raise GatewayError(ErrorCode.UNAVAILABLE, "search is not wired yet")
+    """Print one search as a numbered list."""
+    try:
+        result = await _run_tool_once(settings, "search", {"query": query, "maxResults": max_results})
+    except GatewayError as exc:
+        sys.stderr.write(f"{exc.code}: {exc.message}\n")
+        return EXIT_DENIED
+    sys.stdout.write(f"provider: {result['provider']}\n")
+    hits: list[dict[str, str]] = result["results"]  # type: ignore[assignment]
+    for index, hit in enumerate(hits, 1):
+        sys.stdout.write(f"{index}. {hit['title']}\n   {hit['url']}\n   {hit['snippet']}\n")
+    return EXIT_OK

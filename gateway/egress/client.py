@@ -144,7 +144,7 @@ class GuardedClient:
         limits: ClientLimits,
     ) -> tuple[FetchedResponse, str | None]:
         headers = CIMultiDict(request.headers)
-        headers["User-Agent"] = self._user_agent
+        headers.setdefault("User-Agent", self._user_agent)
         headers.setdefault("Accept-Encoding", "gzip, deflate, br")
         connector = aiohttp.TCPConnector(
             resolver=PinnedResolver(target), ssl=self._ssl if vetted.scheme == "https" else False,

@@ -1,0 +1,168 @@
+"""The tools API listener: POST /v1/fetch and POST /v1/search, JSON in and out.
+
+Owns the HTTP edge only: the principal from `Authorization: Bearer` (or the default principal),
+run and step ids from `X-Egress-Run`/`X-Egress-Step`, argument parsing, and turning every
+GatewayError into its status and the JSON error body. One audit line per call, without the
+query text, the URL path or any credential.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.observe import metrics
+from gateway.observe.audit import AuditLog
+from gateway.policy.decide import authenticate
+from gateway.policy.load import LoadedPolicy
+from gateway.tools.calls import CallContext, ToolCalls, parse_budget_id, require_tool
+from gateway.tools.fetch import FetchTool, parse_fetch_args
+from gateway.tools.search.query import parse_search_args
+from gateway.tools.search_tool import SearchTool
+
+MAX_REQUEST_BYTES = 64 * 1024
+
+
+def _json_response(body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json", headers=headers)
+
+
+def error_response(exc: GatewayError) -> web.Response:
+    headers = {"X-Egress-Code": str(exc.code)}
+    if exc.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
+    status = exc.http_status
+    if exc.code == ErrorCode.AUTH_REQUIRED:
+        status = 401
+        headers["WWW-Authenticate"] = 'Bearer realm="egress-gateway"'
+    return _json_response(exc.to_body(), status, headers)
+
+
+class ToolsApi:
+    def __init__(
+        self,
+        policy_source: Callable[[], LoadedPolicy],
+        calls: ToolCalls,
+        fetch_tool: FetchTool,
+        search_tool: SearchTool,
+        audit: AuditLog,
+    ) -> None:
+        self._policy_source = policy_source
+        self._calls = calls
+        self._fetch = fetch_tool
+        self._search = search_tool
+        self._audit = audit
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app.router.add_post("/v1/fetch", self.handle_fetch)
+        app.router.add_post("/v1/search", self.handle_search)
+        return app
+
+    async def _context(self, request: web.Request) -> CallContext:
+        loaded = self._policy_source()
+        authorization = request.headers.get("Authorization")
+        token: str | None = None
+        if authorization is not None:
+            scheme, _, value = authorization.partition(" ")
+            if scheme.lower() != "bearer" or not value.strip():
+                raise GatewayError(ErrorCode.AUTH_REQUIRED, "Authorization must be 'Bearer <token>'")
+            token = value.strip()
+        principal = authenticate(loaded.policy, None, token)
+        return CallContext(
+            principal=principal,
+            loaded=loaded,
+            run_id=parse_budget_id(request.headers.get("X-Egress-Run"), "X-Egress-Run"),
+            step_id=parse_budget_id(request.headers.get("X-Egress-Step"), "X-Egress-Step"),
+        )
+
+    @staticmethod
+    async def _payload(request: web.Request) -> Any:
+        if request.content_type != "application/json":
+            raise GatewayError(ErrorCode.INVALID_INPUT, "Content-Type must be application/json")
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise GatewayError(ErrorCode.INVALID_INPUT, f"request body over {MAX_REQUEST_BYTES} bytes") from None
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise GatewayError(ErrorCode.INVALID_INPUT, "the request body is not valid JSON") from None
+
+    async def _handle(self, tool: str, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        audit: dict[str, Any] = {}
+        principal_name: str | None = None
+        generation: int | None = None
+        try:
+            context = await self._context(request)
+            principal_name, generation = context.principal.name, context.loaded.generation
+            payload = await self._payload(request)
+            result = await self.invoke(tool, context, payload, audit)
+        except GatewayError as exc:
+            self._finish(tool, principal_name, generation, started, exc, audit)
+            return error_response(exc)
+        self._finish(tool, principal_name, generation, started, None, audit)
+        return _json_response(result)
+
+    def _finish(
+        self, tool: str, principal: str | None, generation: int | None, started: float,
+        error: GatewayError | None, audit: dict[str, Any],
+    ) -> None:
+        duration = time.perf_counter() - started
+        code = str(error.code) if error else None
+        metrics.TOOL_CALLS.labels(tool=tool, code=code or "ok").inc()
+        metrics.TOOL_SECONDS.labels(tool=tool).observe(duration)
+        metrics.DECISIONS.labels(kind=tool, decision="deny" if error else "allow", code=code or "").inc()
+        self._audit.decision(
+            kind=tool, principal=principal, host=audit.pop("host", None), port=audit.pop("port", None),
+            decision="deny" if error else "allow", code=code, reason=error.message if error else None,
+            generation=generation, duration_s=round(duration, 6), **audit,
+        )
+
+    async def invoke(self, tool: str, context: CallContext, payload: Any, audit: dict[str, Any]) -> dict[str, Any]:
+        """Run one tool call for `context`; shared by the HTTP handlers and the CLI."""
+        if tool == "fetch":
+            return await self._invoke_fetch(context, payload, audit)
+        return await self._invoke_search(context, payload, audit)
+
+    async def _invoke_fetch(self, context: CallContext, payload: Any, audit: dict[str, Any]) -> dict[str, Any]:
+        require_tool(context.principal, "fetch")
+        args = parse_fetch_args(payload)
+        vetted = self._fetch.vet(args, context.loaded)
+        audit.update(host=vetted.host.name, port=vetted.port)
+
+        async def work() -> dict[str, Any]:
+            result = await self._fetch.fetch(args, vetted, context.principal, context.loaded)
+            audit.update(chars=len(result["content"]), total_chars=result["totalChars"])
+            return result
+
+        return await self._calls.run("fetch", context, work)
+
+    async def _invoke_search(self, context: CallContext, payload: Any, audit: dict[str, Any]) -> dict[str, Any]:
+        require_tool(context.principal, "search")
+        if not isinstance(payload, dict):
+            raise GatewayError(ErrorCode.INVALID_INPUT, "the request body must be a JSON object")
+        query = parse_search_args(payload)
+
+        async def work() -> dict[str, Any]:
+            try:
+                result = await self._search.search(query, context.principal, context.loaded)
+            except GatewayError as exc:
+                audit.update(attempts=exc.extra.get("attempts"))
+                raise
+            audit.update(provider=result["provider"], results=len(result["results"]), attempts=result["attempts"])
+            return result
+
+        return await self._calls.run("search", context, work)
+
+    async def handle_fetch(self, request: web.Request) -> web.Response:
+        return await self._handle("fetch", request)
+
+    async def handle_search(self, request: web.Request) -> web.Response:
+        return await self._handle("search", request)

@@ -1,0 +1,520 @@
+"""HTML to markdown for web_fetch: the page's main content as clean markdown plus its links.
+
+Owns the markdown rules (headings, paragraphs, lists, links, code, tables, quotes) and the
+resolution of link targets against `<base href>` and the page URL. Which part of the page is
+the main content is decided by `main_content`. It is pure: text in, `Extraction` out; it never
+touches the network, never reads files, and never lets an exception other than `GatewayError`
+escape. The walk over the tree uses an explicit stack, so nesting depth is bounded by memory,
+not by Python's recursion limit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import urljoin, urlsplit
+
+from selectolax.lexbor import LexborHTMLParser, LexborNode
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.tools.main_content import find_main_content
+
+DEFAULT_MAX_CHARS = 400_000
+DEFAULT_MAX_LINKS = 20
+
+BLOCK_TAGS = frozenset(
+    {
+        "address", "article", "aside", "blockquote", "body", "center", "dd", "details", "dialog",
+        "dir", "div", "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "header",
+        "hgroup", "li", "main", "menu", "nav", "ol", "p", "pre", "section", "summary", "table",
+        "tbody", "thead", "tfoot", "tr", "td", "th", "caption", "ul", "legend",
+    }
+)  # fmt: skip
+# Inline elements that add nothing to markdown: their text flows into the paragraph.
+PLAIN_INLINE_TAGS = frozenset(
+    {
+        "span", "b", "strong", "em", "i", "u", "small", "sup", "sub", "abbr", "cite", "mark",
+        "time", "label", "font", "q", "s", "del", "ins", "dfn", "bdi", "bdo", "data", "var",
+        "wbr", "big", "nobr",
+    }
+)  # fmt: skip
+HEADING_LEVEL = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
+SKIPPED_TAGS = frozenset(
+    {
+        "script", "style", "noscript", "template", "iframe", "svg", "canvas", "input", "select",
+        "textarea", "button", "head", "object", "embed", "math",
+    }
+)  # fmt: skip
+# Links an agent cannot follow: they keep their words and lose the target.
+DEAD_SCHEMES = ("javascript:", "data:", "vbscript:", "about:")
+WHITESPACE = re.compile(r"[ \t\n\r\f\v]+")
+CODE_LANGUAGE = re.compile(r"(?:^|\s)(?:language|lang)-([\w+#.-]+)", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    text: str
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class Extraction:
+    title: str
+    markdown: str
+    links: tuple[Link, ...]
+    source_truncated: bool
+
+
+class _OutputFull(Exception):
+    """Raised inside the walk when max_chars is reached; never leaves this module."""
+
+
+@dataclass(slots=True)
+class _Container:
+    """A list item or quote whose prefix starts each line of the blocks inside it."""
+
+    first_prefix: str
+    rest_prefix: str
+    started: bool = False
+
+
+@dataclass(slots=True)
+class _ListState:
+    ordered: bool
+    next_number: int
+
+
+@dataclass(slots=True)
+class _LinkCollector:
+    base_url: str
+    max_links: int
+    links: list[Link] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+    origin: str = ""  # scheme://host of base_url, for the root-relative fast path
+    document: str = ""  # base_url without its fragment, for the in-page fast path
+
+    def __post_init__(self) -> None:
+        try:
+            parts = urlsplit(self.base_url)
+        except ValueError:
+            return
+        if parts.scheme in ("http", "https") and parts.netloc:
+            self.origin = f"{parts.scheme}://{parts.netloc}"
+            self.document = self.base_url.partition("#")[0]
+
+    def resolve(self, href: str | None) -> str | None:
+        """Absolute URL for an href, or None when the link should keep only its words."""
+        if href is None:
+            return None
+        # WHATWG URL parsing strips tabs and newlines inside an href.
+        cleaned = href.strip()
+        if "\t" in cleaned or "\n" in cleaned or "\r" in cleaned:
+            cleaned = re.sub(r"[\t\n\r]", "", cleaned)
+        lowered = cleaned[:12].lower()
+        if not cleaned or lowered.startswith(DEAD_SCHEMES):
+            return None
+        # urljoin is slow: absolute, root-relative and in-page links (most links on most
+        # pages) are resolved directly when nothing in them needs normalising.
+        if "/." not in cleaned and "\\" not in cleaned:
+            if lowered.startswith(("http://", "https://")):
+                return cleaned
+            if self.origin and cleaned[0] == "/" and cleaned[1:2] != "/":
+                return self.origin + cleaned
+            if self.document and cleaned[0] == "#":
+                return self.document + cleaned
+        try:
+            absolute = urljoin(self.base_url, cleaned)
+            urlsplit(absolute)
+        except ValueError:
+            return None
+        return absolute
+
+    def record(self, text: str, url: str) -> None:
+        if len(self.links) >= self.max_links or url in self.seen:
+            return
+        if not url[:8].lower().startswith(("http://", "https://")):
+            return
+        self.seen.add(url)
+        self.links.append(Link(text=text, url=url))
+
+
+class _MarkdownWriter:
+    """Accumulates inline text and emits blocks with their list and quote prefixes."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self.parts: list[str] = []
+        self.length = 0
+        self.inline: list[str] = []
+        self.containers: list[_Container] = []
+        self.lists: list[_ListState] = []
+        # The lists open when the previous block was written: a new item continues them.
+        self.last_block_lists: tuple[int, ...] = ()
+
+    def text(self, value: str) -> None:
+        self.inline.append(value)
+
+    def flush_paragraph(self) -> None:
+        if not self.inline:
+            return
+        raw = "".join(self.inline)
+        self.inline.clear()
+        lines = [" ".join(line.split()) for line in raw.split("\n")]
+        body = "\n".join(line for line in lines if line)
+        if body:
+            self.block(body)
+
+    def block(self, body: str, *, verbatim: bool = False) -> None:
+        """Emit one block; `verbatim` keeps inner whitespace (fenced code)."""
+        lists = tuple(id(state) for state in self.lists)
+        opening_item = any(not c.started for c in self.containers)
+        continuing = "".join(c.rest_prefix for c in self.containers if c.started).rstrip()
+        if self.parts:
+            # Items of one list (and a sublist under its item's text) stay tight.
+            same_list = bool(lists) and lists[-1] in self.last_block_lists
+            sublist = len(lists) > 1 and lists[:-1] == self.last_block_lists
+            tight = opening_item and (same_list or sublist)
+            self._append("\n" if tight else f"\n{continuing}\n")
+        lines = body.split("\n")
+        out: list[str] = []
+        for index, line in enumerate(lines):
+            prefix = "".join(
+                c.first_prefix if (index == 0 and not c.started) else c.rest_prefix for c in self.containers
+            )
+            out.append((prefix + line) if (line or not verbatim) else prefix.rstrip())
+        for container in self.containers:
+            container.started = True
+        self.last_block_lists = lists
+        self._append("\n".join(out))
+
+    def _append(self, piece: str) -> None:
+        self.parts.append(piece)
+        self.length += len(piece)
+        if self.length >= self.max_chars:
+            raise _OutputFull
+
+    def markdown(self) -> str:
+        return "".join(self.parts)
+
+
+class _Exit:
+    """Work to do when an element closes (the explicit stack's return address)."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Callable[[], None]) -> None:
+        self.run = run
+
+
+def _nothing() -> None:
+    return None
+
+
+# Returned by `enter` for elements whose children must not be walked.
+SKIP_CHILDREN = _Exit(_nothing)
+
+
+class _Renderer:
+    """Walks a subtree with an explicit stack and drives the writer."""
+
+    def __init__(self, writer: _MarkdownWriter, links: _LinkCollector) -> None:
+        self.writer = writer
+        self.links = links
+
+    def render(self, root: LexborNode) -> None:
+        # Stack items: a node to enter, or a callable to run when its element closes.
+        stack: list[LexborNode | _Exit] = [root]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, _Exit):
+                item.run()
+                continue
+            exit_action = self.enter(item)
+            if exit_action is SKIP_CHILDREN:
+                continue
+            if exit_action is not None:
+                stack.append(exit_action)
+            child = item.last_child
+            while child is not None:
+                stack.append(child)
+                child = child.prev
+
+    def enter(self, node: LexborNode) -> _Exit | None:
+        tag = node.tag
+        writer = self.writer
+        if tag == "-text":
+            # Whitespace runs are collapsed when the paragraph is flushed; only newlines
+            # matter here, since "\n" in the inline buffer stands for <br>.
+            text = node.text_content or ""
+            writer.inline.append(text.replace("\n", " ") if "\n" in text else text)
+            return None
+        if tag in PLAIN_INLINE_TAGS:
+            return None
+        if tag is None or tag.startswith("-") or tag in SKIPPED_TAGS:
+            return SKIP_CHILDREN
+        if tag in HEADING_LEVEL:
+            writer.flush_paragraph()
+            return _Exit(lambda: self._close_heading(HEADING_LEVEL[tag]))
+        if tag == "a":
+            start = len(writer.inline)
+            href = node.attributes.get("href")
+            return _Exit(lambda: self._close_link(start, href))
+        if tag == "br":
+            writer.text("\n")
+            return SKIP_CHILDREN
+        if tag == "img":
+            alt = " ".join((node.attributes.get("alt") or "").split())
+            if alt:
+                writer.text(f" {alt} ")
+            return SKIP_CHILDREN
+        if tag == "code" or tag in ("kbd", "samp", "tt"):
+            self._inline_code(node)
+            return SKIP_CHILDREN
+        if tag == "pre":
+            writer.flush_paragraph()
+            self._fenced_code(node)
+            return SKIP_CHILDREN
+        if tag == "hr":
+            writer.flush_paragraph()
+            writer.block("---")
+            return SKIP_CHILDREN
+        if tag == "table" and not is_layout_table(node):
+            writer.flush_paragraph()
+            self._table(node)
+            return SKIP_CHILDREN
+        if tag in ("ul", "ol", "menu", "dir"):
+            return self._open_list(node, ordered=tag == "ol")
+        if tag == "li":
+            return self._open_item()
+        if tag == "blockquote":
+            writer.flush_paragraph()
+            writer.containers.append(_Container("> ", "> "))
+            return _Exit(self._close_container)
+        if tag in BLOCK_TAGS:
+            writer.flush_paragraph()
+            return _Exit(writer.flush_paragraph)
+        return None
+
+    def _close_heading(self, level: int) -> None:
+        writer = self.writer
+        text = " ".join("".join(writer.inline).split())
+        writer.inline.clear()
+        if text:
+            writer.block(f"{'#' * level} {text}")
+
+    def _close_link(self, start: int, href: str | None) -> None:
+        inline = self.writer.inline
+        words = "".join(inline[start:])
+        text = " ".join(words.split())
+        url = self.links.resolve(href)
+        if not text or url is None:
+            return
+        del inline[start:]
+        lead = " " if words[:1].isspace() else ""
+        trail = " " if words[-1:].isspace() else ""
+        label = text.replace("[", "\\[").replace("]", "\\]")
+        inline.append(f"{lead}[{label}]({_escape_url(url)}){trail}")
+        self.links.record(text, url)
+
+    def _inline_code(self, node: LexborNode) -> None:
+        code = " ".join(node.text(deep=True).split())
+        if not code:
+            return
+        fence = "``" if "`" in code else "`"
+        pad = " " if code.startswith("`") or code.endswith("`") else ""
+        self.writer.text(f"{fence}{pad}{code}{pad}{fence}")
+
+    def _fenced_code(self, node: LexborNode) -> None:
+        code = node.text(deep=True).strip("\n")
+        if not code.strip():
+            return
+        language = code_language(node)
+        longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
+        fence = "`" * max(3, longest + 1)
+        self.writer.block(f"{fence}{language}\n{code}\n{fence}", verbatim=True)
+
+    def _table(self, table: LexborNode) -> None:
+        rows = [
+            [self._cell_text(cell) for cell in _row_cells(row)]
+            for row in table.css("tr")
+            if _closest_table(row) == table.mem_id
+        ]
+        rows = [row for row in rows if any(row)]
+        if not rows:
+            return
+        width = max(len(row) for row in rows)
+        padded = [row + [""] * (width - len(row)) for row in rows]
+        lines = [_table_row(padded[0]), _table_row(["---"] * width)]
+        lines.extend(_table_row(row) for row in padded[1:])
+        self.writer.block("\n".join(lines))
+
+    def _cell_text(self, cell: LexborNode) -> str:
+        cell_writer = _MarkdownWriter(self.writer.max_chars)
+        try:
+            _Renderer(cell_writer, self.links).render(cell)
+            cell_writer.flush_paragraph()
+        except _OutputFull:
+            pass
+        text = " ".join(cell_writer.markdown().split())
+        return text.replace("\\", "\\\\").replace("|", "\\|")
+
+    def _open_list(self, node: LexborNode, *, ordered: bool) -> _Exit:
+        writer = self.writer
+        writer.flush_paragraph()
+        start = node.attributes.get("start") if ordered else None
+        first = int(start) if start and start.strip().isdigit() else 1
+        writer.lists.append(_ListState(ordered=ordered, next_number=first))
+
+        def close() -> None:
+            writer.flush_paragraph()
+            writer.lists.pop()
+
+        return _Exit(close)
+
+    def _open_item(self) -> _Exit:
+        writer = self.writer
+        writer.flush_paragraph()
+        state = writer.lists[-1] if writer.lists else _ListState(ordered=False, next_number=1)
+        if state.ordered:
+            marker = f"{state.next_number}. "
+            state.next_number += 1
+        else:
+            marker = "- "
+        writer.containers.append(_Container(marker, " " * len(marker)))
+        return _Exit(self._close_container)
+
+    def _close_container(self) -> None:
+        self.writer.flush_paragraph()
+        self.writer.containers.pop()
+
+
+def _row_cells(row: LexborNode) -> list[LexborNode]:
+    cells = []
+    child = row.child
+    while child is not None:
+        if child.tag in ("td", "th"):
+            cells.append(child)
+        child = child.next
+    return cells
+
+
+def _closest_table(node: LexborNode) -> int | None:
+    parent = node.parent
+    while parent is not None:
+        if parent.tag == "table":
+            return parent.mem_id
+        parent = parent.parent
+    return None
+
+
+def _table_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _escape_url(url: str) -> str:
+    """Keep a URL from ending the markdown link early."""
+    return url.replace(" ", "%20").replace("(", "%28").replace(")", "%29")
+
+
+def is_layout_table(table: LexborNode) -> bool:
+    """A table used for page layout, not data: flattened to text instead of a grid."""
+    if (table.attributes.get("role") or "").lower() in ("presentation", "none"):
+        return True
+    # css() matches the element itself first, so a second hit is a nested table; a table
+    # inside another is the inner half of a layout grid.
+    if len(table.css("table")) > 1 or _closest_table(table) is not None:
+        return True
+    rows = [row for row in table.css("tr") if _closest_table(row) == table.mem_id]
+    if not rows:
+        return True
+    widest = max(len(_row_cells(row)) for row in rows)
+    # One column, or one row without a header cell, is a box for text, not data.
+    return widest <= 1 or (len(rows) == 1 and table.css_first("th") is None)
+
+
+def code_language(pre: LexborNode) -> str:
+    """The language named by `language-x`/`lang-x` on the <pre> or its <code>."""
+    candidates = [pre, *pre.css("code")[:1]]
+    for node in candidates:
+        match = CODE_LANGUAGE.search(node.attributes.get("class") or "")
+        if match:
+            return match.group(1).lower()
+    return ""
+
+
+def page_title(tree: LexborHTMLParser) -> str:
+    for selector, attribute in (('meta[property="og:title"]', "content"), ("title", None)):
+        node = tree.css_first(selector)
+        if node is None:
+            continue
+        raw = node.attributes.get(attribute) if attribute else node.text(deep=True)
+        title = " ".join((raw or "").split())
+        if title:
+            return title
+    heading = tree.css_first("h1")
+    return " ".join(heading.text(deep=True).split()) if heading is not None else ""
+
+
+def effective_base_url(tree: LexborHTMLParser, base_url: str) -> str:
+    """`<base href>` resolved against the page URL (HTML's document base URL)."""
+    base = tree.css_first("base[href]")
+    href = base.attributes.get("href") if base is not None else None
+    if not href or not href.strip():
+        return base_url
+    try:
+        return urljoin(base_url, href.strip())
+    except ValueError:
+        return base_url
+
+
+def html_to_markdown(
+    html: str,
+    base_url: str,
+    *,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    max_links: int = DEFAULT_MAX_LINKS,
+) -> Extraction:
+    """The main content of `html` as markdown, headed by `# title`, with up to max_links links."""
+    if max_chars < 1 or max_links < 0:
+        raise GatewayError(ErrorCode.INVALID_INPUT, "max_chars must be positive, max_links >= 0")
+    try:
+        return _extract(html, base_url, max_chars, max_links)
+    except GatewayError:
+        raise
+    except (ValueError, TypeError, RuntimeError, MemoryError, UnicodeError) as exc:
+        # selectolax reports unparsable input this way; the caller gets one refusal code.
+        raise GatewayError(ErrorCode.UNSUPPORTED_CONTENT, f"page could not be parsed: {exc}") from exc
+
+
+def _extract(html: str, base_url: str, max_chars: int, max_links: int) -> Extraction:
+    tree, article = find_main_content(html)
+    title = page_title(tree)
+    collector = _LinkCollector(effective_base_url(tree, base_url), max_links)
+    writer = _MarkdownWriter(max_chars)
+    truncated = False
+    try:
+        if title:
+            writer.block(f"# {title}")
+        renderer = _Renderer(writer, collector)
+        for node in article:
+            renderer.render(node)
+        writer.flush_paragraph()
+    except _OutputFull:
+        truncated = True
+    markdown = writer.markdown()
+    if truncated:
+        markdown = _cut(markdown, max_chars)
+    return Extraction(
+        title=title,
+        markdown=markdown.strip() + "\n" if markdown.strip() else "",
+        links=tuple(collector.links),
+        source_truncated=truncated,
+    )
+
+
+def _cut(markdown: str, max_chars: int) -> str:
+    """At most max_chars, ending at a line break when one is reasonably close."""
+    head = markdown[:max_chars]
+    newline = head.rfind("\n")
+    return head[:newline] if newline > max_chars // 2 else head

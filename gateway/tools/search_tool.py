@@ -1,0 +1,105 @@
+"""web_search wiring: the engines' transport over the guarded client, the cache over the store.
+
+Engine requests go through the same egress core as everything else (policy, DNS, address guard,
+pinned TLS) with no redirect followed. The audit line for a search never carries the query.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from gateway.budget import BudgetStore
+from gateway.egress.client import ClientLimits, GuardedClient, OutboundRequest
+from gateway.errors import GatewayError
+from gateway.observe import metrics
+from gateway.policy.load import LoadedPolicy
+from gateway.policy.model import Principal
+from gateway.settings import Settings
+from gateway.tools.fetch import NOTICE
+from gateway.tools.search.aggregate import SearchAggregator, SearchResult
+from gateway.tools.search.query import SearchQuery
+from gateway.tools.search.registry import engines_from_settings
+from gateway.tools.search.transport import EngineReply, EngineRequest, make_reply
+
+ENGINE_MAX_BYTES = 2 * 1024 * 1024
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "x-subscription-token"})
+
+
+class GuardedTransport:
+    """Sends one engine request for one principal through the guarded client."""
+
+    def __init__(self, client: GuardedClient, principal: Principal, loaded: LoadedPolicy) -> None:
+        self._client = client
+        self._principal = principal
+        self._loaded = loaded
+
+    async def __call__(self, request: EngineRequest, *, deadline_s: float) -> EngineReply:
+        carries_credential = any(name.lower() in CREDENTIAL_HEADERS for name, _ in request.headers)
+        response = await self._client.fetch(
+            OutboundRequest(
+                url=request.url, method=request.method, headers=request.headers, body=request.body,
+                carries_credential=carries_credential, refuse_secret_params=False, follow_redirects=False,
+            ),
+            principal=self._principal,
+            limits=ClientLimits(max_redirects=0, max_wire_bytes=ENGINE_MAX_BYTES,
+                                max_decoded_bytes=ENGINE_MAX_BYTES, deadline_s=deadline_s),
+            loaded=self._loaded,
+        )
+        return make_reply(response.status, response.headers.items(), response.body, response.url)
+
+
+class StoreCache:
+    """The search cache on the budget store (memory, or Redis shared by replicas)."""
+
+    def __init__(self, store: BudgetStore) -> None:
+        self._store = store
+
+    async def get(self, key: str) -> bytes | None:
+        return await self._store.cache_get(key)
+
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
+        await self._store.cache_set(key, value, ttl_s)
+
+
+class SearchTool:
+    def __init__(self, client: GuardedClient, store: BudgetStore, settings: Settings) -> None:
+        search = settings.search
+        self._client = client
+        self._cache = StoreCache(store)
+        self._engines = engines_from_settings(
+            search.engines, search.keys, search.urls,
+            template_url=search.template_url, template_key=search.template_key,
+            searxng_url=search.urls.get("searxng"), mediawiki_url=search.urls.get("mediawiki"),
+        )
+
+    async def search(self, query: SearchQuery, principal: Principal, loaded: LoadedPolicy) -> dict[str, Any]:
+        settings = loaded.policy.search
+        aggregator = SearchAggregator(
+            self._engines, GuardedTransport(self._client, principal, loaded), self._cache,
+            cache_ttl_s=settings.cache_ttl_s, attempt_deadline_s=settings.deadline_s,
+        )
+        try:
+            result = await aggregator.search(query)
+        except GatewayError as exc:
+            for attempt in exc.extra.get("attempts", []):
+                metrics.SEARCH_ATTEMPTS.labels(engine=attempt["engine"], outcome=attempt["outcome"]).inc()
+            raise
+        self._observe(result)
+        body = result.to_json()
+        body.update(
+            query=query.query,
+            retrievedAt=dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            notice=NOTICE,
+        )
+        return body
+
+    @staticmethod
+    def _observe(result: SearchResult) -> None:
+        for attempt in result.attempts:
+            metrics.SEARCH_ATTEMPTS.labels(engine=attempt.engine, outcome=attempt.outcome).inc()
+            if attempt.outcome != "skipped":
+                metrics.SEARCH_ENGINE_SECONDS.labels(engine=attempt.engine).observe(attempt.ms / 1000)
+        if result.provider:
+            metrics.SEARCH_RESULTS.labels(engine=result.provider).observe(len(result.results))
+

@@ -1,0 +1,62 @@
+"""Bot-challenge detection: walls are flagged, articles about captchas are not."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.tools.challenge import detect_challenge
+
+ARTICLE = "<p>" + " ".join(["Researchers studied how people solve puzzles every day."] * 80) + "</p>"
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "body"),
+    [
+        pytest.param(403, {"CF-Mitigated": "challenge"}, "<html></html>", id="cf-mitigated-header"),
+        pytest.param(
+            503, {}, "<title>Just a moment...</title><script src='/cdn-cgi/challenge-platform/h/b'>",
+            id="cloudflare-challenge-platform",
+        ),
+        pytest.param(403, {"server": "cloudflare"}, "<title>Just a moment...</title>", id="cloudflare-title"),
+        pytest.param(
+            403, {}, "<html><span class='cf-error-code'>1020</span> Access denied</html>",
+            id="cloudflare-firewall",
+        ),
+        pytest.param(
+            200, {}, "<p>Please verify.</p><script src='https://www.google.com/recaptcha/api.js'></script>",
+            id="recaptcha-interstitial",
+        ),
+        pytest.param(
+            200, {}, "<div class='h-captcha'></div><script src='https://js.hcaptcha.com/1/api.js'>",
+            id="hcaptcha-interstitial",
+        ),
+        pytest.param(200, {}, "<h1>One last step</h1><p>Please complete the security check.</p>", id="one-last-step"),
+        pytest.param(200, {}, "<h1>Solve the Captcha</h1><form></form>", id="solve-the-captcha"),
+    ],
+)  # fmt: skip
+def test_challenge_pages_are_flagged(status: int, headers: dict[str, str], body: str) -> None:
+    reason = detect_challenge(status, headers, body)
+    assert reason is not None
+    assert "\n" not in reason
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "body"),
+    [
+        pytest.param(200, {"server": "cloudflare"}, "<title>News</title>" + ARTICLE, id="cloudflare-served-article"),
+        pytest.param(
+            200, {}, "<title>How CAPTCHAs work</title>" + ARTICLE
+            + "<p>Sites load google.com/recaptcha/ to ask you to solve the captcha.</p>",
+            id="article-about-captcha",
+        ),
+        pytest.param(
+            200, {}, ARTICLE + "<script src='https://www.google.com/recaptcha/api.js'></script>",
+            id="article-with-recaptcha-form",
+        ),
+        pytest.param(404, {}, "<h1>Not found</h1>", id="plain-404"),
+        pytest.param(403, {}, "<h1>Forbidden</h1>", id="plain-403"),
+        pytest.param(200, {"cf-mitigated": "none"}, "<p>ok</p>", id="cf-mitigated-other"),
+    ],
+)  # fmt: skip
+def test_normal_pages_are_not_flagged(status: int, headers: dict[str, str], body: str) -> None:
+    assert detect_challenge(status, headers, body) is None
