@@ -25,7 +25,7 @@ test: $(STAMP) system-deps
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway tests bench
+	$(BIN)/ruff check gateway
 	$(BIN)/mypy --strict gateway
 
 chart: $(STAMP)

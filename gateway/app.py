@@ -103,7 +103,9 @@ class Gateway:
 
     def tools_api(self) -> ToolsApi:
         settings = self.settings
-        reader = ReaderService(settings.fetch_reader_url, settings.fetch_reader_key) if settings.fetch_reader_url else None
+        reader = (
+            ReaderService(settings.fetch_reader_url, settings.fetch_reader_key) if settings.fetch_reader_url else None
+        )
         robots = RobotsCache(self.policy.current.policy.fetch.robots_cache_s)
         return ToolsApi(
             lambda: self.policy.current,

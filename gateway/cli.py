@@ -71,8 +71,17 @@ def _settings_from(args: argparse.Namespace) -> Any:
 
     flags = {
         name: getattr(args, name, None)
-        for name in ("policy", "proxy_listen", "api_listen", "admin_listen", "nameservers",
-                     "ca_bundle", "redis_url", "audit_log", "log_level")
+        for name in (
+            "policy",
+            "proxy_listen",
+            "api_listen",
+            "admin_listen",
+            "nameservers",
+            "ca_bundle",
+            "redis_url",
+            "audit_log",
+            "log_level",
+        )
     }
     return load_settings(os.environ, flags)
 
@@ -117,7 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"egress-gateway: {exc.message}\n")
         return EXIT_USAGE
     logging.basicConfig(
-        level=settings.log_level.upper(), stream=sys.stderr,
+        level=settings.log_level.upper(),
+        stream=sys.stderr,
         format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
     )
     from gateway import commands  # noqa: PLC0415

@@ -71,7 +71,9 @@ async def check(settings: object, url: str, principal_name: str | None) -> int:
         target = await core.pin(principal, vetted.host, vetted.port)
         result["addresses"] = [str(a) for a in target.addresses]
         if target.would_deny is not None:
-            result.update(code=str(target.would_deny.code), reason=f"report mode, would deny: {target.would_deny.message}")
+            result.update(
+                code=str(target.would_deny.code), reason=f"report mode, would deny: {target.would_deny.message}"
+            )
             result["allowed"] = True
         else:
             result.update(allowed=True, reason=f"{vetted.host.name}:{vetted.port} allowed for {principal.name}")

@@ -6,13 +6,13 @@ Flags win over the environment. No other module reads `os.environ`: settings are
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gateway.errors import ErrorCode, GatewayError
 
 DEFAULT_ENGINES = ("tavily", "exa", "brave_api", "duckduckgo", "bing", "brave")
-KNOWN_ENGINES = frozenset(DEFAULT_ENGINES + ("searxng", "mediawiki", "template"))
 DEFAULT_USER_AGENT = "egress-gateway/0.1 (+https://github.com/egress-gateway)"
 
 
@@ -78,7 +78,8 @@ class Settings:
     def __repr__(self) -> str:
         return (
             f"Settings(policy_path={self.policy_path!r}, proxy={self.proxy_listen}, api={self.api_listen}, "
-            f"admin={self.admin_listen}, nameservers={self.nameservers!r}, redis={'set' if self.redis_url else 'unset'})"
+            f"admin={self.admin_listen}, nameservers={self.nameservers!r}, "
+            f"redis={'set' if self.redis_url else 'unset'})"
         )
 
     @property
@@ -86,33 +87,22 @@ class Settings:
         return (self.proxy_listen, self.api_listen, self.admin_listen)
 
 
+_ENGINE_SETTING = re.compile(r"^EGRESS_SEARCH_([A-Z0-9_]+)_(KEY|URL)$")
+
+
 def _search_settings(env: Mapping[str, str]) -> SearchEngineSettings:
-    template_url = env.get("EGRESS_SEARCH_URL") or None
-    engines = _split_list(env.get("EGRESS_SEARCH_ENGINES")) or DEFAULT_ENGINES
-    for name in engines:
-        if name not in KNOWN_ENGINES:
-            raise GatewayError(
-                ErrorCode.INVALID_INPUT,
-                f"EGRESS_SEARCH_ENGINES: unknown engine {name!r} (known: {', '.join(sorted(KNOWN_ENGINES))})",
-            )
-    if template_url and "template" not in engines:
-        engines = (*engines, "template")
+    """Engine order, keys and endpoints; the search registry validates the names when it builds."""
     keys: dict[str, str] = {}
     urls: dict[str, str] = {}
-    for name in KNOWN_ENGINES:
-        upper = name.upper()
-        if env.get(f"EGRESS_SEARCH_{upper}_KEY"):
-            keys[name] = env[f"EGRESS_SEARCH_{upper}_KEY"]
-        if env.get(f"EGRESS_SEARCH_{upper}_URL"):
-            urls[name] = env[f"EGRESS_SEARCH_{upper}_URL"]
-    for name in ("searxng", "mediawiki"):
-        if name in urls and name not in engines:
-            engines = (*engines, name)
+    for variable, value in env.items():
+        match = _ENGINE_SETTING.match(variable)
+        if match and value:
+            (keys if match.group(2) == "KEY" else urls)[match.group(1).lower()] = value
     return SearchEngineSettings(
-        engines=engines,
+        engines=_split_list(env.get("EGRESS_SEARCH_ENGINES")) or DEFAULT_ENGINES,
         keys=keys,
         urls=urls,
-        template_url=template_url,
+        template_url=env.get("EGRESS_SEARCH_URL") or None,
         template_key=env.get("EGRESS_SEARCH_KEY") or None,
     )
 
@@ -129,12 +119,18 @@ def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None
 
     log_level = (pick("log_level", "EGRESS_LOG_LEVEL", "info") or "info").lower()
     if log_level not in {"debug", "info", "warning", "error"}:
-        raise GatewayError(ErrorCode.INVALID_INPUT, f"EGRESS_LOG_LEVEL: {log_level!r} is not debug, info, warning or error")
+        raise GatewayError(
+            ErrorCode.INVALID_INPUT, f"EGRESS_LOG_LEVEL: {log_level!r} is not debug, info, warning or error"
+        )
     return Settings(
         policy_path=pick("policy", "EGRESS_POLICY", "policies/default.yaml") or "policies/default.yaml",
-        proxy_listen=parse_listen(pick("proxy_listen", "EGRESS_PROXY_LISTEN", "127.0.0.1:3128") or "", "EGRESS_PROXY_LISTEN"),
+        proxy_listen=parse_listen(
+            pick("proxy_listen", "EGRESS_PROXY_LISTEN", "127.0.0.1:3128") or "", "EGRESS_PROXY_LISTEN"
+        ),
         api_listen=parse_listen(pick("api_listen", "EGRESS_API_LISTEN", "127.0.0.1:8080") or "", "EGRESS_API_LISTEN"),
-        admin_listen=parse_listen(pick("admin_listen", "EGRESS_ADMIN_LISTEN", "127.0.0.1:9090") or "", "EGRESS_ADMIN_LISTEN"),
+        admin_listen=parse_listen(
+            pick("admin_listen", "EGRESS_ADMIN_LISTEN", "127.0.0.1:9090") or "", "EGRESS_ADMIN_LISTEN"
+        ),
         nameservers=_split_list(pick("nameservers", "EGRESS_NAMESERVERS")),
         ca_bundle=pick("ca_bundle", "EGRESS_CA_BUNDLE"),
         redis_url=pick("redis_url", "EGRESS_REDIS_URL"),

@@ -142,10 +142,7 @@ def _builtin_rules() -> list[_Rule]:
         _Rule(ipaddress.ip_network(cidr), False, f"{cidr} ({why})")
         for cidr, why in BUILTIN_DENIED_V4 + BUILTIN_DENIED_V6_INSIDE_GLOBAL
     ]
-    rules.extend(
-        _Rule(ipaddress.ip_network(cidr), False, f"{cidr} ({why})")
-        for cidr, why in NAMED_V6_OUTSIDE_GLOBAL
-    )
+    rules.extend(_Rule(ipaddress.ip_network(cidr), False, f"{cidr} ({why})") for cidr, why in NAMED_V6_OUTSIDE_GLOBAL)
     return rules
 
 
@@ -186,9 +183,7 @@ class AddressGuard:
         self._v4 = _PrefixTable((r for r in base + policy_allow if r.network.version == 4), 32)
         self._v6 = _PrefixTable((r for r in base + policy_allow if r.network.version == 6), 128)
 
-    def vet(
-        self, address: IPAddress, *, extra_allow: Sequence[IPNetwork] = ()
-    ) -> AddressVerdict:
+    def vet(self, address: IPAddress, *, extra_allow: Sequence[IPNetwork] = ()) -> AddressVerdict:
         """Allowed, or denied with the range named. `extra_allow` is a per-host exception."""
         verdict = self._vet_ranges(address, extra_allow)
         if verdict.allowed and address in self._self_addresses:
@@ -228,8 +223,8 @@ class AddressGuard:
                 f"{address} is in {where}, embedding IPv4 {inner}"
                 + ("" if inner_verdict.allowed else f" ({inner_verdict.reason})"),
             )
-        if address not in GLOBAL_UNICAST_V6:
-            return AddressVerdict(address, False, f"{address} is in {_outside_global_reason(address)}")
         if rule is not None:
             return AddressVerdict(address, False, f"{address} is in {rule.label}")
+        if address not in GLOBAL_UNICAST_V6:
+            return AddressVerdict(address, False, f"{address} is in {_outside_global_reason(address)}")
         return AddressVerdict(address, True, f"{address} is public")

@@ -119,7 +119,9 @@ class GuardedClient:
                         ErrorCode.REDIRECT_BLOCKED, f"redirect hop {len(hops)} refused ({exc.code}): {exc.message}"
                     ) from None
                 raise
-            response, location = await self._one_hop(vetted, target, method, body, request, limits)
+            response, location = await self._one_hop(
+                vetted, target, method=method, body=body, request=request, limits=limits
+            )
             if location is None or not request.follow_redirects:
                 return _with_hops(response, hops)
             if request.carries_credential:
@@ -138,6 +140,7 @@ class GuardedClient:
         self,
         vetted: VettedUrl,
         target: PinnedTarget,
+        *,
         method: str,
         body: bytes | None,
         request: OutboundRequest,
@@ -147,8 +150,11 @@ class GuardedClient:
         headers.setdefault("User-Agent", self._user_agent)
         headers.setdefault("Accept-Encoding", "gzip, deflate, br")
         connector = aiohttp.TCPConnector(
-            resolver=PinnedResolver(target), ssl=self._ssl if vetted.scheme == "https" else False,
-            use_dns_cache=False, force_close=True, limit=1,
+            resolver=PinnedResolver(target),
+            ssl=self._ssl if vetted.scheme == "https" else False,
+            use_dns_cache=False,
+            force_close=True,
+            limit=1,
         )
         started = time.perf_counter()
         async with aiohttp.ClientSession(
@@ -163,7 +169,10 @@ class GuardedClient:
         ) as session:
             try:
                 async with session.request(
-                    method, yarl.URL(vetted.url, encoded=True), headers=headers, data=body,
+                    method,
+                    yarl.URL(vetted.url, encoded=True),
+                    headers=headers,
+                    data=body,
                     allow_redirects=False,
                 ) as resp:
                     connected = time.perf_counter()
@@ -176,7 +185,11 @@ class GuardedClient:
                     if location is None:
                         async for chunk in resp.content.iter_chunked(READ_CHUNK_BYTES):
                             bounded.feed(chunk)
-                    peer = resp.connection.transport.get_extra_info("peername") if resp.connection and resp.connection.transport else None
+                    peer = (
+                        resp.connection.transport.get_extra_info("peername")
+                        if resp.connection and resp.connection.transport
+                        else None
+                    )
                     fetched = FetchedResponse(
                         url=vetted.url,
                         status=resp.status,
@@ -193,15 +206,23 @@ class GuardedClient:
             except aiohttp.ClientResponseError as exc:
                 raise _header_error(exc) from None
             except aiohttp.ClientConnectorCertificateError as exc:
-                raise GatewayError(ErrorCode.CONNECT_FAILURE, describe_connect_error(exc.certificate_error, target)) from None
+                raise GatewayError(
+                    ErrorCode.CONNECT_FAILURE, describe_connect_error(exc.certificate_error, target)
+                ) from None
             except aiohttp.ClientConnectorError as exc:
                 raise GatewayError(ErrorCode.CONNECT_FAILURE, describe_connect_error(exc.os_error, target)) from None
             except aiohttp.ClientPayloadError as exc:
-                raise GatewayError(ErrorCode.CONNECT_FAILURE, f"{target.name} sent a broken body: {exc.__class__.__name__}") from None
+                raise GatewayError(
+                    ErrorCode.CONNECT_FAILURE, f"{target.name} sent a broken body: {exc.__class__.__name__}"
+                ) from None
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                raise GatewayError(ErrorCode.CONNECT_FAILURE, f"{target.name} closed the connection ({exc.__class__.__name__})") from None
+                raise GatewayError(
+                    ErrorCode.CONNECT_FAILURE, f"{target.name} closed the connection ({exc.__class__.__name__})"
+                ) from None
             except aiohttp.ClientError as exc:
-                raise GatewayError(ErrorCode.CONNECT_FAILURE, f"request to {target.name} failed: {exc.__class__.__name__}") from None
+                raise GatewayError(
+                    ErrorCode.CONNECT_FAILURE, f"request to {target.name} failed: {exc.__class__.__name__}"
+                ) from None
 
 
 def _header_error(exc: aiohttp.ClientResponseError) -> GatewayError:
@@ -222,7 +243,14 @@ def _with_hops(response: FetchedResponse, hops: list[str]) -> FetchedResponse:
     if not hops:
         return response
     return FetchedResponse(
-        response.url, response.status, response.reason, response.headers, response.body,
-        response.wire_bytes, tuple(hops), response.address, response.generation, response.timings,
+        response.url,
+        response.status,
+        response.reason,
+        response.headers,
+        response.body,
+        response.wire_bytes,
+        tuple(hops),
+        response.address,
+        response.generation,
+        response.timings,
     )
-

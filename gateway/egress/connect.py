@@ -29,7 +29,9 @@ def build_ssl_context(extra_ca_bundle: str | None) -> ssl.SSLContext:
         try:
             context.load_verify_locations(cafile=extra_ca_bundle)
         except (OSError, ssl.SSLError) as exc:
-            raise GatewayError(ErrorCode.INVALID_INPUT, f"EGRESS_CA_BUNDLE {extra_ca_bundle!r} cannot be loaded: {exc}") from None
+            raise GatewayError(
+                ErrorCode.INVALID_INPUT, f"EGRESS_CA_BUNDLE {extra_ca_bundle!r} cannot be loaded: {exc}"
+            ) from None
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.check_hostname = True
     context.verify_mode = ssl.CERT_REQUIRED
@@ -84,7 +86,9 @@ class PinnedResolver(AbstractResolver):
     def __init__(self, target: PinnedTarget) -> None:
         self._target = target
 
-    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
         if host != self._target.name:
             raise OSError(f"pinned resolver asked for {host!r}, pinned to {self._target.name!r}")
         results: list[ResolveResult] = []
@@ -103,4 +107,3 @@ class PinnedResolver(AbstractResolver):
 
     async def close(self) -> None:
         return None
-

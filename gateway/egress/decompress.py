@@ -114,7 +114,9 @@ class BoundedBody:
                 if len(data) > room:
                     raise _decoded_too_large(self._max_decoded)
         except (zlib.error, brotli.error) as exc:
-            raise GatewayError(ErrorCode.UNSUPPORTED_CONTENT, f"corrupt compressed body ({exc.__class__.__name__})") from None
+            raise GatewayError(
+                ErrorCode.UNSUPPORTED_CONTENT, f"corrupt compressed body ({exc.__class__.__name__})"
+            ) from None
         self._drain_pending(data, room)
 
     def _drain_pending(self, data: bytes, room: int) -> None:

@@ -75,8 +75,9 @@ class Resolver:
             del self._cache[name]
             return None
         self._cache.move_to_end(name)
-        return Resolution(resolution.name, resolution.addresses, resolution.cname_chain,
-                          expires - self._clock(), 0.0, cached=True)
+        return Resolution(
+            resolution.name, resolution.addresses, resolution.cname_chain, expires - self._clock(), 0.0, cached=True
+        )
 
     def _store(self, resolution: Resolution) -> None:
         if resolution.ttl_s <= 0:

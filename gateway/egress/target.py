@@ -77,7 +77,9 @@ class EgressCore:
             self._guard_generation = loaded.generation
         return self._guard
 
-    async def pin(self, principal: Principal, host: VettedHost, port: int, *, loaded: LoadedPolicy | None = None) -> PinnedTarget:
+    async def pin(
+        self, principal: Principal, host: VettedHost, port: int, *, loaded: LoadedPolicy | None = None
+    ) -> PinnedTarget:
         """Decide, resolve and vet. Raises GatewayError on denial (enforce mode)."""
         loaded = loaded or self.loaded
         policy = loaded.policy
@@ -109,4 +111,3 @@ class EgressCore:
                 raise vetted.to_error()
             would_deny = vetted.to_error()
         return PinnedTarget(host, port, addresses, loaded.generation, dns_s, would_deny)
-

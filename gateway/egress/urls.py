@@ -30,21 +30,46 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 # fetching it would leak it into logs, caches and the page the agent reads back.
 SECRET_QUERY_PARAMS = frozenset(
     {
-        "x-amz-signature", "x-amz-credential", "x-amz-security-token", "x-goog-signature",
-        "x-goog-credential", "sig", "signature", "token", "access_token", "refresh_token",
-        "id_token", "auth", "auth_token", "api_key", "apikey", "api-key", "key", "password",
-        "passwd", "pwd", "secret", "client_secret", "private_token", "sessionid",
+        "x-amz-signature",
+        "x-amz-credential",
+        "x-amz-security-token",
+        "x-goog-signature",
+        "x-goog-credential",
+        "sig",
+        "signature",
+        "token",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "auth",
+        "auth_token",
+        "api_key",
+        "apikey",
+        "api-key",
+        "key",
+        "password",
+        "passwd",
+        "pwd",
+        "secret",
+        "client_secret",
+        "private_token",
+        "sessionid",
         "jwt",
     }
 )
 
 REFUSED_NAMES = frozenset(
-    {"localhost", "metadata", "metadata.goog", "instance-data", "kubernetes.default",
-     "kubernetes.default.svc"}
+    {"localhost", "metadata", "metadata.goog", "instance-data", "kubernetes.default", "kubernetes.default.svc"}
 )
 REFUSED_SUFFIXES = (
-    ".localhost", ".local", ".localdomain", ".internal", ".home.arpa", ".svc",
-    ".cluster.local", ".svc.cluster.local",
+    ".localhost",
+    ".local",
+    ".localdomain",
+    ".internal",
+    ".home.arpa",
+    ".svc",
+    ".cluster.local",
+    ".svc.cluster.local",
 )
 
 _NUMERIC_LABEL = re.compile(r"^(0[xX][0-9a-fA-F]*|[0-9]+)$")

@@ -60,9 +60,17 @@ class AuditLog:
         **extra: Any,
     ) -> None:
         self.write(
-            "decision", kind=kind, principal=principal, host=host, port=port,
-            addresses=list(addresses) or None, decision=decision, code=code, reason=reason,
-            generation=generation, **extra,
+            "decision",
+            kind=kind,
+            principal=principal,
+            host=host,
+            port=port,
+            addresses=list(addresses) or None,
+            decision=decision,
+            code=code,
+            reason=reason,
+            generation=generation,
+            **extra,
         )
 
     def close(self) -> None:

@@ -22,71 +22,112 @@ DECISIONS = Counter(
     registry=REGISTRY,
 )
 DNS_LOOKUP_SECONDS = Histogram(
-    "egress_gateway_dns_lookup_seconds", "Time to resolve a destination name.",
-    buckets=_LATENCY_BUCKETS_S, registry=REGISTRY,
+    "egress_gateway_dns_lookup_seconds",
+    "Time to resolve a destination name.",
+    buckets=_LATENCY_BUCKETS_S,
+    registry=REGISTRY,
 )
 CONNECT_SECONDS = Histogram(
-    "egress_gateway_upstream_connect_seconds", "Time to open a pinned upstream TCP connection.",
-    ["kind"], buckets=_LATENCY_BUCKETS_S, registry=REGISTRY,
+    "egress_gateway_upstream_connect_seconds",
+    "Time to open a pinned upstream TCP connection.",
+    ["kind"],
+    buckets=_LATENCY_BUCKETS_S,
+    registry=REGISTRY,
 )
 POLICY_RELOADS = Counter(
-    "egress_gateway_policy_reloads_total", "Policy reloads by outcome (success, failure).",
-    ["outcome"], registry=REGISTRY,
+    "egress_gateway_policy_reloads_total",
+    "Policy reloads by outcome (success, failure).",
+    ["outcome"],
+    registry=REGISTRY,
 )
 POLICY_GENERATION = Gauge(
-    "egress_gateway_policy_generation", "Generation of the policy in force.", registry=REGISTRY,
+    "egress_gateway_policy_generation",
+    "Generation of the policy in force.",
+    registry=REGISTRY,
 )
 ACTIVE_TUNNELS = Gauge(
-    "egress_gateway_active_tunnels", "CONNECT tunnels currently open.", registry=REGISTRY,
+    "egress_gateway_active_tunnels",
+    "CONNECT tunnels currently open.",
+    registry=REGISTRY,
 )
 TUNNEL_SECONDS = Histogram(
-    "egress_gateway_tunnel_duration_seconds", "Lifetime of CONNECT tunnels.",
-    buckets=_DURATION_BUCKETS_S, registry=REGISTRY,
+    "egress_gateway_tunnel_duration_seconds",
+    "Lifetime of CONNECT tunnels.",
+    buckets=_DURATION_BUCKETS_S,
+    registry=REGISTRY,
 )
 TUNNEL_BYTES = Counter(
-    "egress_gateway_tunnel_bytes_total", "Bytes relayed through tunnels by direction (upstream, downstream).",
-    ["direction"], registry=REGISTRY,
+    "egress_gateway_tunnel_bytes_total",
+    "Bytes relayed through tunnels by direction (upstream, downstream).",
+    ["direction"],
+    registry=REGISTRY,
 )
 HTTP_FORWARD_SECONDS = Histogram(
-    "egress_gateway_http_forward_seconds", "Plain HTTP forward requests, head received to response end.",
-    buckets=_LATENCY_BUCKETS_S, registry=REGISTRY,
+    "egress_gateway_http_forward_seconds",
+    "Plain HTTP forward requests, head received to response end.",
+    buckets=_LATENCY_BUCKETS_S,
+    registry=REGISTRY,
 )
 HTTP_RESPONSE_BYTES = Histogram(
-    "egress_gateway_http_response_bytes", "Response body sizes relayed by the plain HTTP forwarder.",
-    buckets=_SIZE_BUCKETS_BYTES, registry=REGISTRY,
+    "egress_gateway_http_response_bytes",
+    "Response body sizes relayed by the plain HTTP forwarder.",
+    buckets=_SIZE_BUCKETS_BYTES,
+    registry=REGISTRY,
 )
 TOOL_CALLS = Counter(
-    "egress_gateway_tool_calls_total", "web_search and web_fetch calls by tool and outcome code (ok or an error code).",
-    ["tool", "code"], registry=REGISTRY,
+    "egress_gateway_tool_calls_total",
+    "web_search and web_fetch calls by tool and outcome code (ok or an error code).",
+    ["tool", "code"],
+    registry=REGISTRY,
 )
 TOOL_SECONDS = Histogram(
-    "egress_gateway_tool_call_seconds", "Tool call latency by tool.",
-    ["tool"], buckets=_LATENCY_BUCKETS_S, registry=REGISTRY,
+    "egress_gateway_tool_call_seconds",
+    "Tool call latency by tool.",
+    ["tool"],
+    buckets=_LATENCY_BUCKETS_S,
+    registry=REGISTRY,
 )
 FETCH_BODY_BYTES = Histogram(
-    "egress_gateway_fetch_body_bytes", "web_fetch bodies by stage (wire, decoded).",
-    ["stage"], buckets=_SIZE_BUCKETS_BYTES, registry=REGISTRY,
+    "egress_gateway_fetch_body_bytes",
+    "web_fetch bodies by stage (wire, decoded).",
+    ["stage"],
+    buckets=_SIZE_BUCKETS_BYTES,
+    registry=REGISTRY,
 )
 SEARCH_ATTEMPTS = Counter(
-    "egress_gateway_search_attempts_total", "Search engine attempts by engine and outcome.",
-    ["engine", "outcome"], registry=REGISTRY,
+    "egress_gateway_search_attempts_total",
+    "Search engine attempts by engine and outcome.",
+    ["engine", "outcome"],
+    registry=REGISTRY,
 )
 SEARCH_ENGINE_SECONDS = Histogram(
-    "egress_gateway_search_engine_seconds", "Latency of one engine attempt.",
-    ["engine"], buckets=_LATENCY_BUCKETS_S, registry=REGISTRY,
+    "egress_gateway_search_engine_seconds",
+    "Latency of one engine attempt.",
+    ["engine"],
+    buckets=_LATENCY_BUCKETS_S,
+    registry=REGISTRY,
 )
 SEARCH_RESULTS = Histogram(
-    "egress_gateway_search_results", "Results returned per successful search, by engine.",
-    ["engine"], buckets=(0, 1, 2, 5, 10, 15, 20), registry=REGISTRY,
+    "egress_gateway_search_results",
+    "Results returned per successful search, by engine.",
+    ["engine"],
+    buckets=(0, 1, 2, 5, 10, 15, 20),
+    registry=REGISTRY,
 )
 BUDGET_DENIALS = Counter(
-    "egress_gateway_budget_denials_total", "Budget denials by tool and code.",
-    ["tool", "code"], registry=REGISTRY,
+    "egress_gateway_budget_denials_total",
+    "Budget denials by tool and code.",
+    ["tool", "code"],
+    registry=REGISTRY,
 )
 STORE_UP = Gauge(
-    "egress_gateway_store_up", "1 when the budget store answers, 0 when it does not.", registry=REGISTRY,
+    "egress_gateway_store_up",
+    "1 when the budget store answers, 0 when it does not.",
+    registry=REGISTRY,
 )
 EVENT_LOOP_STALL_SECONDS = Histogram(
-    "egress_gateway_event_loop_lag_seconds", "Observed event loop lag (scheduled vs actual wake-up).",
-    buckets=_LATENCY_BUCKETS_S, registry=REGISTRY,
+    "egress_gateway_event_loop_lag_seconds",
+    "Observed event loop lag (scheduled vs actual wake-up).",
+    buckets=_LATENCY_BUCKETS_S,
+    registry=REGISTRY,
 )

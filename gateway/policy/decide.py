@@ -76,11 +76,15 @@ def decide_destination(policy: Policy, principal: Principal, host: VettedHost, p
     if port not in policy.defaults.ports:
         return Decision.deny(ErrorCode.POLICY_DENIED, f"port {port} is not in the policy's ports")
     if host.ip is not None and policy.defaults.literal_ips != "allow":
-        return Decision.deny(ErrorCode.UNSAFE_URL, f"IP-literal host {host.name} is refused by policy (literal_ips: deny)")
+        return Decision.deny(
+            ErrorCode.UNSAFE_URL, f"IP-literal host {host.name} is refused by policy (literal_ips: deny)"
+        )
     rule = principal.egress
     for glob in rule.deny_domains:
         if glob_matches(glob, host.name):
-            return Decision.deny(ErrorCode.POLICY_DENIED, f"{host.name} matches deny_domains {glob!r} for {principal.name}")
+            return Decision.deny(
+                ErrorCode.POLICY_DENIED, f"{host.name} matches deny_domains {glob!r} for {principal.name}"
+            )
     for glob in rule.allow_domains:
         if glob_matches(glob, host.name):
             return Decision.allow(f"{host.name} matches allow_domains {glob!r}")

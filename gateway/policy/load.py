@@ -241,7 +241,11 @@ def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
     if "egress" in items:
         rule = reader.mapping(items["egress"], f"{where}.egress", {"allow_domains", "deny_domains", "internal_hosts"})
         internal: list[InternalHostRule] = []
-        for entry in reader.sequence(rule["internal_hosts"], f"{where}.egress.internal_hosts") if "internal_hosts" in rule else []:
+        for entry in (
+            reader.sequence(rule["internal_hosts"], f"{where}.egress.internal_hosts")
+            if "internal_hosts" in rule
+            else []
+        ):
             fields_ = reader.mapping(entry, f"{where}.egress.internal_hosts[]", {"host", "cidrs"})
             host_node, cidr_node = fields_.get("host"), fields_.get("cidrs")
             if host_node is None or cidr_node is None:
@@ -254,8 +258,12 @@ def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
                 continue
             internal.append(InternalHostRule(glob, reader.cidrs(cidr_node, f"{where}.egress.internal_hosts[].cidrs")))
         egress = EgressRule(
-            allow_domains=reader.domain_globs(rule["allow_domains"], f"{where}.egress.allow_domains") if "allow_domains" in rule else (),
-            deny_domains=reader.domain_globs(rule["deny_domains"], f"{where}.egress.deny_domains") if "deny_domains" in rule else (),
+            allow_domains=reader.domain_globs(rule["allow_domains"], f"{where}.egress.allow_domains")
+            if "allow_domains" in rule
+            else (),
+            deny_domains=reader.domain_globs(rule["deny_domains"], f"{where}.egress.deny_domains")
+            if "deny_domains" in rule
+            else (),
             internal_hosts=tuple(internal),
         )
     tools = ToolSwitches()
@@ -269,8 +277,12 @@ def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
     if "budgets" in items:
         per_tool = reader.mapping(items["budgets"], f"{where}.budgets", {"search", "fetch"})
         budgets = Budgets(
-            search=_tool_budget(reader, per_tool["search"], f"{where}.budgets.search", budgets.search) if "search" in per_tool else budgets.search,
-            fetch=_tool_budget(reader, per_tool["fetch"], f"{where}.budgets.fetch", budgets.fetch) if "fetch" in per_tool else budgets.fetch,
+            search=_tool_budget(reader, per_tool["search"], f"{where}.budgets.search", budgets.search)
+            if "search" in per_tool
+            else budgets.search,
+            fetch=_tool_budget(reader, per_tool["fetch"], f"{where}.budgets.fetch", budgets.fetch)
+            if "fetch" in per_tool
+            else budgets.fetch,
         )
     mode = reader.choice(items["mode"], f"{where}.mode", ("enforce", "report")) if "mode" in items else None
     return replace(principal, token_sha256=token, egress=egress, tools=tools, budgets=budgets, mode=mode)  # type: ignore[arg-type]
@@ -285,7 +297,9 @@ def _defaults(reader: _Reader, node: yaml.Node) -> Defaults:
     if "literal_ips" in items:
         changes["literal_ips"] = reader.choice(items["literal_ips"], "defaults.literal_ips", ("deny", "allow"))
     if "ports" in items:
-        ports = [reader.integer(p, "defaults.ports", 1, 65535) for p in reader.sequence(items["ports"], "defaults.ports")]
+        ports = [
+            reader.integer(p, "defaults.ports", 1, 65535) for p in reader.sequence(items["ports"], "defaults.ports")
+        ]
         changes["ports"] = tuple(p for p in ports if p is not None)
         if not changes["ports"]:
             reader.error(items["ports"], "defaults.ports must name at least one port")

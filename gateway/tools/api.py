@@ -105,14 +105,20 @@ class ToolsApi:
             payload = await self._payload(request)
             result = await self.invoke(tool, context, payload, audit)
         except GatewayError as exc:
-            self._finish(tool, principal_name, generation, started, exc, audit)
+            self._finish(tool, principal=principal_name, generation=generation, started=started, error=exc, audit=audit)
             return error_response(exc)
-        self._finish(tool, principal_name, generation, started, None, audit)
+        self._finish(tool, principal=principal_name, generation=generation, started=started, error=None, audit=audit)
         return _json_response(result)
 
     def _finish(
-        self, tool: str, principal: str | None, generation: int | None, started: float,
-        error: GatewayError | None, audit: dict[str, Any],
+        self,
+        tool: str,
+        *,
+        principal: str | None,
+        generation: int | None,
+        started: float,
+        error: GatewayError | None,
+        audit: dict[str, Any],
     ) -> None:
         duration = time.perf_counter() - started
         code = str(error.code) if error else None
@@ -120,9 +126,16 @@ class ToolsApi:
         metrics.TOOL_SECONDS.labels(tool=tool).observe(duration)
         metrics.DECISIONS.labels(kind=tool, decision="deny" if error else "allow", code=code or "").inc()
         self._audit.decision(
-            kind=tool, principal=principal, host=audit.pop("host", None), port=audit.pop("port", None),
-            decision="deny" if error else "allow", code=code, reason=error.message if error else None,
-            generation=generation, duration_s=round(duration, 6), **audit,
+            kind=tool,
+            principal=principal,
+            host=audit.pop("host", None),
+            port=audit.pop("port", None),
+            decision="deny" if error else "allow",
+            code=code,
+            reason=error.message if error else None,
+            generation=generation,
+            duration_s=round(duration, 6),
+            **audit,
         )
 
     async def invoke(self, tool: str, context: CallContext, payload: Any, audit: dict[str, Any]) -> dict[str, Any]:

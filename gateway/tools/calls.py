@@ -38,14 +38,19 @@ def parse_budget_id(value: str | None, header: str) -> str | None:
     if value is None or value == "":
         return None
     if not _BUDGET_ID.match(value):
-        raise GatewayError(ErrorCode.INVALID_INPUT, f"{header} must be 1-{MAX_BUDGET_ID_CHARS} printable ASCII characters")
+        raise GatewayError(
+            ErrorCode.INVALID_INPUT, f"{header} must be 1-{MAX_BUDGET_ID_CHARS} printable ASCII characters"
+        )
     return value
 
 
 def limits_for(budget: ToolBudget) -> ToolLimits:
     return ToolLimits(
-        per_step=budget.per_step, per_run=budget.per_run, concurrent=budget.concurrent,
-        min_interval_s=budget.min_interval_s, lease_ttl_s=budget.lease_ttl_s,
+        per_step=budget.per_step,
+        per_run=budget.per_run,
+        concurrent=budget.concurrent,
+        min_interval_s=budget.min_interval_s,
+        lease_ttl_s=budget.lease_ttl_s,
     )
 
 
@@ -71,8 +76,11 @@ class ToolCalls:
         budget = getattr(context.principal.budgets, tool)
         try:
             reservation = await self._store.reserve(
-                principal=context.principal.name, tool=tool, run_id=context.run_id,
-                step_id=context.step_id, limits=limits_for(budget),
+                principal=context.principal.name,
+                tool=tool,
+                run_id=context.run_id,
+                step_id=context.step_id,
+                limits=limits_for(budget),
             )
         except GatewayError as exc:
             metrics.BUDGET_DENIALS.labels(tool=tool, code=str(exc.code)).inc()
@@ -90,7 +98,8 @@ class ToolCalls:
         if current.generation != context.loaded.generation:
             raise GatewayError(
                 ErrorCode.POLICY_CHANGED,
-                f"the policy changed (generation {context.loaded.generation} → {current.generation}) while the call ran",
+                f"the policy changed (generation {context.loaded.generation} → {current.generation}) "
+                "while the call ran",
             )
 
 

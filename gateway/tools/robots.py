@@ -15,7 +15,7 @@ from urllib.parse import unquote
 
 from gateway.errors import ErrorCode, GatewayError
 
-PRODUCT_TOKEN = "egress-gateway"
+PRODUCT_TOKEN = "egress-gateway"  # noqa: S105 - RFC 9309 product token, not a secret
 MAX_ROBOTS_BYTES = 500 * 1024  # RFC 9309 2.5: parse at least 500 KiB
 MAX_CACHED_ORIGINS = 2048
 
@@ -42,8 +42,10 @@ class RobotsPolicy:
         for rule in self.rules:
             if not rule.matches(path):
                 continue
-            if best is None or len(rule.pattern) > len(best.pattern) or (
-                len(rule.pattern) == len(best.pattern) and rule.allow
+            if (
+                best is None
+                or len(rule.pattern) > len(best.pattern)
+                or (len(rule.pattern) == len(best.pattern) and rule.allow)
             ):
                 best = rule
         return best if best is not None and not best.allow else None

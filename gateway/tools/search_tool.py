@@ -38,12 +38,21 @@ class GuardedTransport:
         carries_credential = any(name.lower() in CREDENTIAL_HEADERS for name, _ in request.headers)
         response = await self._client.fetch(
             OutboundRequest(
-                url=request.url, method=request.method, headers=request.headers, body=request.body,
-                carries_credential=carries_credential, refuse_secret_params=False, follow_redirects=False,
+                url=request.url,
+                method=request.method,
+                headers=request.headers,
+                body=request.body,
+                carries_credential=carries_credential,
+                refuse_secret_params=False,
+                follow_redirects=False,
             ),
             principal=self._principal,
-            limits=ClientLimits(max_redirects=0, max_wire_bytes=ENGINE_MAX_BYTES,
-                                max_decoded_bytes=ENGINE_MAX_BYTES, deadline_s=deadline_s),
+            limits=ClientLimits(
+                max_redirects=0,
+                max_wire_bytes=ENGINE_MAX_BYTES,
+                max_decoded_bytes=ENGINE_MAX_BYTES,
+                deadline_s=deadline_s,
+            ),
             loaded=self._loaded,
         )
         return make_reply(response.status, response.headers.items(), response.body, response.url)
@@ -68,16 +77,23 @@ class SearchTool:
         self._client = client
         self._cache = StoreCache(store)
         self._engines = engines_from_settings(
-            search.engines, search.keys, search.urls,
-            template_url=search.template_url, template_key=search.template_key,
-            searxng_url=search.urls.get("searxng"), mediawiki_url=search.urls.get("mediawiki"),
+            search.engines,
+            search.keys,
+            search.urls,
+            template_url=search.template_url,
+            template_key=search.template_key,
+            searxng_url=search.urls.get("searxng"),
+            mediawiki_url=search.urls.get("mediawiki"),
         )
 
     async def search(self, query: SearchQuery, principal: Principal, loaded: LoadedPolicy) -> dict[str, Any]:
         settings = loaded.policy.search
         aggregator = SearchAggregator(
-            self._engines, GuardedTransport(self._client, principal, loaded), self._cache,
-            cache_ttl_s=settings.cache_ttl_s, attempt_deadline_s=settings.deadline_s,
+            self._engines,
+            GuardedTransport(self._client, principal, loaded),
+            self._cache,
+            cache_ttl_s=settings.cache_ttl_s,
+            attempt_deadline_s=settings.deadline_s,
         )
         try:
             result = await aggregator.search(query)
@@ -102,4 +118,3 @@ class SearchTool:
                 metrics.SEARCH_ENGINE_SECONDS.labels(engine=attempt.engine).observe(attempt.ms / 1000)
         if result.provider:
             metrics.SEARCH_RESULTS.labels(engine=result.provider).observe(len(result.results))
-

@@ -357,3 +357,75 @@ async def test_ip_literal_spellings_are_classified_when_literals_are_allowed(egr
         await egress.get(client, f"http://{host}/")
     assert caught.value.code == ErrorCode.BLOCKED_DESTINATION
     assert "127.0.0." in caught.value.message or "127.0.0.1" in caught.value.message
+
+
+# Every built-in denied range of issue 2, with one address inside it that a name resolves to.
+DENIED_RANGES = [
+    ("0.0.0.0/8", "0.1.2.3"),
+    ("10.0.0.0/8", "10.200.1.1"),
+    ("100.64.0.0/10", "100.100.100.200"),
+    ("127.0.0.0/8", "127.0.0.53"),
+    ("169.254.0.0/16", "169.254.169.254"),
+    ("172.16.0.0/12", "172.31.255.1"),
+    ("192.0.0.0/24", "192.0.0.192"),
+    ("192.0.2.0/24", "192.0.2.10"),
+    ("192.88.99.0/24", "192.88.99.1"),
+    ("192.168.0.0/16", "192.168.1.1"),
+    ("198.18.0.0/15", "198.19.0.1"),
+    ("198.51.100.0/24", "198.51.100.7"),
+    ("203.0.113.0/24", "203.0.113.9"),
+    ("224.0.0.0/4", "239.1.1.1"),
+    ("240.0.0.0/4", "250.1.1.1"),
+    ("255.255.255.255/32", "255.255.255.255"),
+    ("168.63.129.16/32", "168.63.129.16"),
+    ("2001::/23", "2001:100::1"),
+    ("2001:db8::/32", "2001:db8::1"),
+    ("2002::/16", "2002:0808:0808::1"),
+    ("3fff::/20", "3fff::1"),
+    ("5f00::/16", "5f00::1"),
+    ("::1/128", "::1"),
+    ("::ffff:0:0/96", "::ffff:808:808"),
+    ("::/96", "::808:808"),
+    ("64:ff9b::/96", "64:ff9b::808:808"),
+    ("64:ff9b:1::/48", "64:ff9b:1::808:808"),
+    ("100::/64", "100::1"),
+    ("fc00::/7", "fd20:ce::254"),
+    ("fe80::/10", "fe80::1"),
+    ("fec0::/10", "fec0::1"),
+    ("ff00::/8", "ff02::1"),
+]
+
+
+@pytest.mark.parametrize(("cidr", "address"), [pytest.param(c, a, id=c) for c, a in DENIED_RANGES])
+async def test_every_builtin_denied_range_is_refused_through_the_client(
+    egress: Egress, fake_dns: FakeDNS, cidr: str, address: str
+) -> None:
+    client = await egress.open([])
+    name = f"range{DENIED_RANGES.index((cidr, address))}.example.com"
+    fake_dns.add(name, address)
+    with pytest.raises(GatewayError) as caught:
+        await egress.get(client, f"http://{name}/")
+    assert caught.value.code == ErrorCode.BLOCKED_DESTINATION
+    assert cidr in caught.value.message
+
+
+async def test_too_many_response_headers_hit_the_header_cap(egress: Egress, origins: OriginFactory) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(text="x", headers={f"X-Filler-{i}": "v" for i in range(150)})
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    origin = origins.start(app, names=["headers.example.org"])
+    client = await egress.open([origin])
+    with pytest.raises(GatewayError) as caught:
+        await egress.get(client, origin.url("/"))
+    assert caught.value.code == ErrorCode.TOO_LARGE
+    assert "header" in caught.value.message
+
+
+async def test_embedded_ipv4_is_named_in_the_reason(egress: Egress, fake_dns: FakeDNS) -> None:
+    client = await egress.open([])
+    fake_dns.add("nat64.example.com", "64:ff9b::a9fe:a9fe")
+    with pytest.raises(GatewayError) as caught:
+        await egress.get(client, "http://nat64.example.com/")
+    assert "169.254.169.254" in caught.value.message
