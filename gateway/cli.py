@@ -14,14 +14,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
+from gateway import commands
+from gateway.commands import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from gateway.errors import GatewayError
-
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_USAGE = 2
-EXIT_DENIED = 3
 
 
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
@@ -86,10 +81,6 @@ def _settings_from(args: argparse.Namespace) -> Any:
     return load_settings(os.environ, flags)
 
 
-def _print_json(value: object) -> None:
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
-
-
 def _policy_lint(path: str) -> int:
     from gateway.policy.load import PolicyError, load_policy_file  # noqa: PLC0415
 
@@ -130,8 +121,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
     )
-    from gateway import commands  # noqa: PLC0415
-
     if args.command == "serve":
         return commands.serve(settings)
     if args.command == "check":

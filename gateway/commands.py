@@ -16,7 +16,8 @@ EXIT_DENIED = 3
 
 
 def _emit(value: object) -> None:
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+    """One JSON object on one line, for scripts and jq."""
+    sys.stdout.write(orjson.dumps(value).decode() + "\n")
 
 
 def serve(settings: object) -> int:

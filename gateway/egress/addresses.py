@@ -83,6 +83,10 @@ class _Rule:
     network: IPNetwork
     allow: bool
     label: str
+    # On an equal prefix the higher rank wins: policy deny_cidrs (2) over policy allow_cidrs (1)
+    # over the built-in table (0), so an allow_cidrs entry equal to a built-in range is the
+    # exception it says it is, and a deny/allow tie in the policy resolves to deny.
+    rank: int = 0
 
 
 class _PrefixTable:
@@ -99,8 +103,7 @@ class _PrefixTable:
             level = levels.setdefault(net.prefixlen, {})
             key = int(net.network_address) >> (bits - net.prefixlen)
             existing = level.get(key)
-            # Same prefix named by an allow and a deny rule: deny wins.
-            if existing is None or (existing.allow and not rule.allow):
+            if existing is None or rule.rank > existing.rank:
                 level[key] = rule
         self._bits = bits
         self._levels = sorted(levels.items(), reverse=True)
@@ -164,7 +167,8 @@ class AddressGuard:
     """The built-in deny table plus a policy's allow/deny exceptions, precomputed.
 
     Order (documented in the README): the most specific matching prefix wins among built-in
-    denials, policy `deny_cidrs` and policy `allow_cidrs`; on a tie, deny wins. IPv6 outside
+    denials, policy `deny_cidrs` and policy `allow_cidrs`; on an equal prefix `deny_cidrs` beats
+    `allow_cidrs`, which beats the built-in table. IPv6 outside
     2000::/3 and IPv4-embedding forms whose IPv4 is denied stay denied unless an allow rule names
     the IPv6 prefix itself more specifically.
     """
@@ -178,8 +182,8 @@ class AddressGuard:
         self._self_addresses = frozenset(self_addresses)
         self._allow_cidrs = tuple(allow_cidrs)
         base = _builtin_rules()
-        base.extend(_Rule(net, False, f"{net} (policy deny_cidrs)") for net in deny_cidrs)
-        policy_allow = [_Rule(net, True, f"{net} (policy allow_cidrs)") for net in allow_cidrs]
+        base.extend(_Rule(net, False, f"{net} (policy deny_cidrs)", rank=2) for net in deny_cidrs)
+        policy_allow = [_Rule(net, True, f"{net} (policy allow_cidrs)", rank=1) for net in allow_cidrs]
         self._v4 = _PrefixTable((r for r in base + policy_allow if r.network.version == 4), 32)
         self._v6 = _PrefixTable((r for r in base + policy_allow if r.network.version == 6), 128)
 

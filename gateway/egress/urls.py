@@ -230,13 +230,18 @@ def vet_url(
         raise _unsafe(f"the URL is longer than {MAX_URL_CHARS} characters")
     if _FORBIDDEN_CHARS.search(raw):
         raise _unsafe("the URL holds whitespace, control characters or a backslash")
+    # Judge userinfo on the raw text: parsers differ on `@` inside brackets or an empty userinfo,
+    # and a URL two parsers read differently is how host checks get bypassed.
+    _, sep, rest = raw.partition("://")
+    if sep and "@" in re.split(r"[/?#]", rest, maxsplit=1)[0]:
+        raise _unsafe("URLs with userinfo (user:password@) are refused")
     try:
         parsed = yarl.URL(raw)
         scheme = parsed.scheme.lower()
         raw_authority = parsed.raw_authority
         port = parsed.port
         raw_host = parsed.raw_host
-    except (ValueError, TypeError, UnicodeError):
+    except (ValueError, TypeError, UnicodeError, IndexError):
         raise _unsafe("the URL cannot be parsed") from None
     if scheme not in ALLOWED_SCHEMES:
         raise _unsafe(f"scheme {scheme or '(none)'!r} is not http or https")
