@@ -12,11 +12,11 @@ import os
 import secrets
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from gateway import commands
 from gateway.commands import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from gateway.errors import GatewayError
+from gateway.settings import Settings, load_settings
 
 
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
@@ -61,8 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings_from(args: argparse.Namespace) -> Any:
-    from gateway.settings import load_settings  # noqa: PLC0415 - keep `--help` fast
+def _settings_from(args: argparse.Namespace) -> Settings:
 
     flags = {
         name: getattr(args, name, None)

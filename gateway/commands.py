@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import orjson
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.load import PolicyError
+from gateway.settings import Settings
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -20,11 +22,9 @@ def _emit(value: object) -> None:
     sys.stdout.write(orjson.dumps(value).decode() + "\n")
 
 
-def serve(settings: object) -> int:
+def serve(settings: Settings) -> int:
     from gateway.app import run_daemon  # noqa: PLC0415
-    from gateway.settings import Settings  # noqa: PLC0415
 
-    assert isinstance(settings, Settings)
     try:
         run_daemon(settings)
     except PolicyError as exc:
@@ -40,15 +40,13 @@ def serve(settings: object) -> int:
     return EXIT_OK
 
 
-async def check(settings: object, url: str, principal_name: str | None) -> int:
+async def check(settings: Settings, url: str, principal_name: str | None) -> int:
     """Resolve and decide without connecting; one JSON object on stdout."""
     from gateway.egress.resolver import Resolver  # noqa: PLC0415
     from gateway.egress.target import EgressCore  # noqa: PLC0415
     from gateway.egress.urls import vet_url  # noqa: PLC0415
     from gateway.policy.load import LoadedPolicy, load_policy_file  # noqa: PLC0415
-    from gateway.settings import Settings  # noqa: PLC0415
 
-    assert isinstance(settings, Settings)
     try:
         policy = load_policy_file(settings.policy_path)
     except PolicyError as exc:
@@ -86,47 +84,51 @@ async def check(settings: object, url: str, principal_name: str | None) -> int:
     return EXIT_OK if result["allowed"] else EXIT_DENIED
 
 
-async def _run_tool_once(settings: object, tool: str, payload: dict[str, object]) -> dict[str, object]:
+async def _run_tool_once(settings: Settings, tool: str, payload: dict[str, object]) -> tuple[int, dict[str, Any]]:
+    """Run one tool call as the default principal; (exit code, result) with errors printed."""
     from gateway.app import Gateway  # noqa: PLC0415
-    from gateway.settings import Settings  # noqa: PLC0415
     from gateway.tools.calls import CallContext  # noqa: PLC0415
 
-    assert isinstance(settings, Settings)
-    gateway = Gateway(settings)
-    gateway.build_core()
+    try:
+        gateway = Gateway(settings)
+        gateway.build_core()
+        api = gateway.tools_api()
+    except PolicyError as exc:
+        sys.stderr.write("\n".join(exc.errors) + "\n")
+        return EXIT_INVALID, {}
+    except GatewayError as exc:
+        sys.stderr.write(f"egress-gateway: {exc.message}\n")
+        return EXIT_USAGE, {}
     try:
         loaded = gateway.policy.current
         principal = loaded.policy.default_principal
         if principal is None:
             raise GatewayError(ErrorCode.AUTH_REQUIRED, "the policy has no default principal for the terminal")
-        context = CallContext(principal, loaded, None, None)
-        return await gateway.tools_api().invoke(tool, context, payload, {})
+        return EXIT_OK, await api.invoke(tool, CallContext(principal, loaded, None, None), payload, {})
+    except GatewayError as exc:
+        sys.stderr.write(f"{exc.code}: {exc.message}\n")
+        return EXIT_DENIED, {}
     finally:
         await gateway.shutdown()
 
 
-async def fetch_once(settings: object, url: str, max_chars: int) -> int:
+async def fetch_once(settings: Settings, url: str, max_chars: int) -> int:
     """Print one page as markdown (the content window), with where to continue."""
-    try:
-        result = await _run_tool_once(settings, "fetch", {"url": url, "maxChars": max_chars})
-    except GatewayError as exc:
-        sys.stderr.write(f"{exc.code}: {exc.message}\n")
-        return EXIT_DENIED
+    status, result = await _run_tool_once(settings, "fetch", {"url": url, "maxChars": max_chars})
+    if status != EXIT_OK:
+        return status
     sys.stdout.write(str(result["content"]) + "\n")
     if result["nextOffset"] is not None:
         sys.stderr.write(f"(truncated: continue with offset {result['nextOffset']}, hash {result['contentHash']})\n")
     return EXIT_OK
 
 
-async def search_once(settings: object, query: str, max_results: int) -> int:
+async def search_once(settings: Settings, query: str, max_results: int) -> int:
     """Print one search as a numbered list."""
-    try:
-        result = await _run_tool_once(settings, "search", {"query": query, "maxResults": max_results})
-    except GatewayError as exc:
-        sys.stderr.write(f"{exc.code}: {exc.message}\n")
-        return EXIT_DENIED
+    status, result = await _run_tool_once(settings, "search", {"query": query, "maxResults": max_results})
+    if status != EXIT_OK:
+        return status
     sys.stdout.write(f"provider: {result['provider']}\n")
-    hits: list[dict[str, str]] = result["results"]  # type: ignore[assignment]
-    for index, hit in enumerate(hits, 1):
+    for index, hit in enumerate(result["results"], 1):
         sys.stdout.write(f"{index}. {hit['title']}\n   {hit['url']}\n   {hit['snippet']}\n")
     return EXIT_OK

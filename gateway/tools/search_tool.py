@@ -17,13 +17,14 @@ from gateway.policy.load import LoadedPolicy
 from gateway.policy.model import Principal
 from gateway.settings import Settings
 from gateway.tools.fetch import NOTICE
-from gateway.tools.search.aggregate import SearchAggregator, SearchResult
+from gateway.tools.search.aggregate import OUTCOME_CACHED, OUTCOME_SKIPPED, SearchAggregator, SearchResult
 from gateway.tools.search.query import SearchQuery
 from gateway.tools.search.registry import engines_from_settings
 from gateway.tools.search.transport import EngineReply, EngineRequest, make_reply
 
 ENGINE_MAX_BYTES = 2 * 1024 * 1024
 CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "x-subscription-token"})
+NO_REQUEST_OUTCOMES = frozenset({OUTCOME_SKIPPED, OUTCOME_CACHED})
 
 
 class GuardedTransport:
@@ -94,12 +95,16 @@ class SearchTool:
             self._cache,
             cache_ttl_s=settings.cache_ttl_s,
             attempt_deadline_s=settings.deadline_s,
+            max_retry_after_s=settings.max_retry_after_s,
         )
         try:
             result = await aggregator.search(query)
         except GatewayError as exc:
             for attempt in exc.extra.get("attempts", []):
                 metrics.SEARCH_ATTEMPTS.labels(engine=attempt["engine"], outcome=attempt["outcome"]).inc()
+                # Failed attempts are the slow ones (timeouts, retries): keep them in the latency.
+                if attempt["outcome"] not in NO_REQUEST_OUTCOMES:
+                    metrics.SEARCH_ENGINE_SECONDS.labels(engine=attempt["engine"]).observe(attempt["ms"] / 1000)
             raise
         self._observe(result)
         body = result.to_json()
@@ -114,7 +119,8 @@ class SearchTool:
     def _observe(result: SearchResult) -> None:
         for attempt in result.attempts:
             metrics.SEARCH_ATTEMPTS.labels(engine=attempt.engine, outcome=attempt.outcome).inc()
-            if attempt.outcome != "skipped":
+            # A skipped or cached attempt sent no request: its 0 ms is no engine latency.
+            if attempt.outcome not in NO_REQUEST_OUTCOMES:
                 metrics.SEARCH_ENGINE_SECONDS.labels(engine=attempt.engine).observe(attempt.ms / 1000)
         if result.provider:
             metrics.SEARCH_RESULTS.labels(engine=result.provider).observe(len(result.results))

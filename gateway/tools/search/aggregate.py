@@ -128,6 +128,7 @@ class SearchAggregator:
         *,
         cache_ttl_s: float = DEFAULT_CACHE_TTL_S,
         attempt_deadline_s: float = DEFAULT_ATTEMPT_DEADLINE_S,
+        max_retry_after_s: float = MAX_RETRY_AFTER_S,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -137,6 +138,7 @@ class SearchAggregator:
         self._cache = cache
         self._cache_ttl_s = cache_ttl_s
         self._attempt_deadline_s = attempt_deadline_s
+        self._max_retry_after_s = max_retry_after_s
         self._clock = clock
         self._wall_clock = wall_clock
         self._sleep = sleep
@@ -217,7 +219,7 @@ class SearchAggregator:
             delay = retry_after_s(reply, self._wall_clock())
             if delay is None:
                 delay = DEFAULT_BACKOFF_S * (retries + 1)
-            elif delay > MAX_RETRY_AFTER_S:
+            elif delay > self._max_retry_after_s:
                 return _EngineAnswer(str(refusal), f"HTTP {reply.status}, Retry-After {delay:.0f} s")
             retries += 1
             await self._sleep(delay)

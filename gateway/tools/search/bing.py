@@ -73,6 +73,12 @@ def is_challenge(tree: LexborHTMLParser) -> bool:
 
 def _snippet(item: LexborNode) -> str:
     caption = item.css_first("div.b_caption p") or item.css_first("p")
+    if caption is None:
+        return ""
+    # Bing puts a visually hidden type label (`<span class="algoSlug_icon">WEB</span>`) at the
+    # start of the caption; its text is not part of the snippet and would run into the first word.
+    for label in caption.css("span.algoSlug_icon"):
+        label.decompose()
     return node_text(caption)
 
 
