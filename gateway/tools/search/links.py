@@ -12,28 +12,18 @@ from __future__ import annotations
 import base64
 import binascii
 import html
-import ipaddress
 import re
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
+from gateway.egress.urls import vet_url
+from gateway.errors import GatewayError
+
 _DDG_HOSTS = frozenset({"duckduckgo.com", "html.duckduckgo.com", "lite.duckduckgo.com"})
 _BING_HOST_RE = re.compile(r"(?:[a-z0-9-]+\.)*bing\.com")
-# Special-use and private-only names (RFC 6761, RFC 6762 .local, RFC 8375 home.arpa, ICANN's
-# reserved .internal, common LAN suffixes): never a public page.
-_PRIVATE_SUFFIXES = (
-    "localhost",
-    "local",
-    "internal",
-    "localdomain",
-    "home.arpa",
-    "lan",
-    "intranet",
-    "corp",
-    "test",
-    "invalid",
-    "example",
-    "onion",
-)
+# Suffixes that are never a public page but that the egress guard leaves to DNS (RFC 2606/6761
+# test, invalid, example; Tor's onion; common LAN suffixes).
+NON_PUBLIC_SUFFIXES = ("lan", "intranet", "corp", "test", "invalid", "example", "onion")
+ANY_PORT = range(1, 65536)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # Parameters that only identify the click for a tracker; dropping them changes no page.
 _TRACKING_PARAMS = frozenset(
@@ -65,7 +55,6 @@ _TRACKING_PARAMS = frozenset(
     }
 )
 _TRACKING_PREFIXES = ("utm_", "pk_", "mtm_", "matomo_")
-_NUMERIC_PART_RE = re.compile(r"(0x[0-9a-f]*|[0-9]+)")
 MAX_UNWRAP_DEPTH = 3
 
 
@@ -111,48 +100,20 @@ def unwrap_redirect(url: str) -> str:
     return current
 
 
-def is_ip_literal_host(host: str) -> bool:
-    """True for any spelling a URL parser reads as an address: IPv6, dotted quad, decimal,
-    hex, octal or mixed forms (`2130706433`, `0x7f.1`, `0177.0.0.1`)."""
-    name = host.strip("[]").rstrip(".").lower()
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        pass
-    else:
-        return True
-    # WHATWG URL: a host whose last label is numeric goes through the IPv4 parser, which
-    # accepts 1 to 4 parts in decimal, 0x-hex or 0-octal.
-    last = name.rsplit(".", 1)[-1]
-    return bool(_NUMERIC_PART_RE.fullmatch(last))
-
-
 def unsafe_reason(url: str) -> str | None:
-    """Why a result link must not reach an agent, or None when it may."""
+    """Why a result link must not reach an agent, or None when it may.
+
+    The egress URL guard judges it exactly as a later web_fetch would (IP literals in every
+    spelling, internal names, userinfo, schemes), and a few suffixes that are never a public page
+    are refused on top.
+    """
     try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return "malformed"
-    if parts.scheme.lower() not in _DEFAULT_PORTS:
-        return "scheme"
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        return "userinfo"
-    host = (parts.hostname or "").rstrip(".")
-    if not host:
-        return "no host"
-    if port == 0:
-        return "port"
-    if is_ip_literal_host(host):
-        return "ip literal"
-    try:
-        ascii_host = host.encode("idna").decode("ascii").lower()
-    except UnicodeError:
-        return "bad host"
-    if "." not in ascii_host:
-        return "single label"
-    if any(ascii_host == s or ascii_host.endswith("." + s) for s in _PRIVATE_SUFFIXES):
-        return "private name"
+        vetted = vet_url(url, allowed_ports=ANY_PORT, literal_ips_allowed=False, refuse_secrets=False)
+    except GatewayError as exc:
+        return exc.message
+    name = vetted.host.name
+    if any(name == s or name.endswith("." + s) for s in NON_PUBLIC_SUFFIXES):
+        return f"{name} is under a suffix that is never a public site"
     return None
 
 

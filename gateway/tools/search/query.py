@@ -6,14 +6,15 @@ and with which message. Pure: no I/O, no engine knowledge.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from gateway.egress.urls import vet_host
 from gateway.errors import ErrorCode, GatewayError
+from gateway.tools.search.links import NON_PUBLIC_SUFFIXES
 
 TimeRange = Literal["d", "w", "m", "y"]
 
@@ -27,17 +28,6 @@ _ALLOWED_FIELDS = ("query", "maxResults", "site", "timeRange", "region")
 _TIME_RANGES: tuple[TimeRange, ...] = ("d", "w", "m", "y")
 _REGION_RE = re.compile(r"[a-z]{2}-[a-z]{2}")
 _LABEL_RE = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
-# Names that never denote a public site: a search restricted to them could only be a probe of the
-# gateway's own network (RFC 6761 special-use names, RFC 8375 home.arpa, ICANN's .internal).
-_PRIVATE_SUFFIXES = (
-    "localhost",
-    "local",
-    "internal",
-    "localdomain",
-    "home.arpa",
-    "lan",
-    "intranet",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,17 +79,6 @@ def _parse_max_results(raw: object) -> int:
     return raw
 
 
-def _is_ip_literal(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name.strip("[]"))
-    except ValueError:
-        # Any all-numeric dotted name (decimal, hex, octal parts) is an IPv4 spelling to a URL
-        # parser (WHATWG URL "ends in a number"), so it is an IP literal here too.
-        last = name.rsplit(".", 1)[-1]
-        return bool(re.fullmatch(r"(0x[0-9a-f]*|[0-9]+)", last))
-    return True
-
-
 def parse_site(raw: object) -> str:
     """A public domain name, lowercased and IDNA-encoded: no scheme, path, port or wildcard."""
     if not isinstance(raw, str):
@@ -115,22 +94,17 @@ def parse_site(raw: object) -> str:
         raise _invalid("site", "must not contain userinfo")
     if ":" in name and not name.startswith("["):
         raise _invalid("site", "must not contain a port")
-    if _is_ip_literal(name):
-        raise _invalid("site", "must be a domain name, not an IP address")
     if _has_forbidden_char(name):
         raise _invalid("site", "must not contain control or format characters")
     try:
-        ascii_name = name.encode("idna").decode("ascii")
-    except UnicodeError:
-        raise _invalid("site", "is not a valid domain name") from None
-    labels = ascii_name.split(".")
-    if len(ascii_name) > MAX_DOMAIN_CHARS or not all(_LABEL_RE.fullmatch(lb) for lb in labels):
-        raise _invalid("site", "is not a valid domain name")
-    if len(labels) < 2:
-        raise _invalid("site", "must be a public domain with at least two labels")
-    if any(ascii_name == s or ascii_name.endswith("." + s) for s in _PRIVATE_SUFFIXES):
+        host = vet_host(name)
+    except GatewayError as exc:
+        raise _invalid("site", f"must be a public domain ({exc.message})") from None
+    if host.ip is not None:
+        raise _invalid("site", "must be a domain name, not an IP address")
+    if any(host.name == s or host.name.endswith("." + s) for s in NON_PUBLIC_SUFFIXES):
         raise _invalid("site", "must be a public domain")
-    return ascii_name
+    return host.name
 
 
 def parse_search_args(payload: Mapping[str, object]) -> SearchQuery:
