@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -46,9 +47,7 @@ GatewayFactory = Callable[..., GatewayProcess]
 
 
 @pytest.fixture
-def gateway_factory(
-    tmp_path: Path, fake_dns: FakeDNS, pki: TestPKI
-) -> Iterator[GatewayFactory]:
+def gateway_factory(tmp_path: Path, fake_dns: FakeDNS, pki: TestPKI) -> Iterator[GatewayFactory]:
     started: list[GatewayProcess] = []
 
     def start(policy: Mapping[str, Any], env: Mapping[str, str] | None = None, name: str = "gw") -> GatewayProcess:
@@ -60,7 +59,6 @@ def gateway_factory(
 
     yield start
     for gateway in started:
-        try:
+        # Teardown must reach every gateway even when one of them fails to stop.
+        with contextlib.suppress(Exception):
             gateway.stop()
-        except Exception:  # noqa: BLE001 - teardown must stop every gateway
-            pass

@@ -219,9 +219,10 @@ def _tool_budget(reader: _Reader, node: yaml.Node, where: str, base: ToolBudget)
             value = reader.integer(items[key], f"{where}.{key}", 0, 1_000_000)
             if value is not None:
                 changes[key] = value
-    for key in ("min_interval_s", "lease_ttl_s"):
+    # A lease must live a while or every slot frees itself at once; an interval may be 0.
+    for key, low in (("min_interval_s", 0.0), ("lease_ttl_s", 0.1)):
         if key in items:
-            number = reader.number(items[key], f"{where}.{key}", 0.0, 86_400.0)
+            number = reader.number(items[key], f"{where}.{key}", low, 86_400.0)
             if number is not None:
                 changes[key] = number
     return replace(base, **changes)

@@ -8,6 +8,7 @@ query text, the URL path or any credential.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,7 @@ from aiohttp import web
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
-from gateway.policy.decide import authenticate
+from gateway.policy.decide import authenticate, decide_destination
 from gateway.policy.load import LoadedPolicy
 from gateway.tools.calls import CallContext, ToolCalls, parse_budget_id, require_tool
 from gateway.tools.fetch import FetchTool, parse_fetch_args
@@ -35,7 +36,8 @@ def _json_response(body: dict[str, Any], status: int = 200, headers: dict[str, s
 def error_response(exc: GatewayError) -> web.Response:
     headers = {"X-Egress-Code": str(exc.code)}
     if exc.retry_after_s is not None:
-        headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
+        # Rounded up: a client that waits exactly this long must not be refused again.
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
     status = exc.http_status
     if exc.code == ErrorCode.AUTH_REQUIRED:
         status = 401
@@ -149,6 +151,12 @@ class ToolsApi:
         args = parse_fetch_args(payload)
         vetted = self._fetch.vet(args, context.loaded)
         audit.update(host=vetted.host.name, port=vetted.port)
+        # A destination the policy refuses costs no reservation (issue 5): decide before reserving.
+        # The egress core decides again, with DNS, inside the call and on every redirect hop.
+        policy = context.loaded.policy
+        decision = decide_destination(policy, context.principal, vetted.host, vetted.port)
+        if not decision.allowed and policy.mode_for(context.principal) == "enforce":
+            raise decision.to_error()
 
         async def work() -> dict[str, Any]:
             result = await self._fetch.fetch(args, vetted, context.principal, context.loaded)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +25,6 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.policy.load import LoadedPolicy
 from gateway.policy.model import Principal
-from gateway.tools.challenge import detect_challenge
-from gateway.tools.decode import decode_body
 from gateway.tools.extract_pool import ExtractionPool
 from gateway.tools.robots import RobotsCache
 
@@ -40,6 +39,7 @@ RESPONSE_OVERHEAD_BYTES = 12 * 1024
 ERROR_PAGE_CHARS = 2_000
 MAX_TITLE_CHARS = 300
 ALLOWED_FIELDS = frozenset({"url", "maxChars", "offset", "expectedHash"})
+SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
 # Failures that say the host itself cannot be reached or may not be reached: the page would fail
 # the same way, so they are reported as they are instead of as "robots.txt unreachable".
 HOST_FAILURES = frozenset(
@@ -83,7 +83,7 @@ def parse_fetch_args(payload: object) -> FetchArgs:
     max_chars = _int_field(payload, "maxChars", DEFAULT_MAX_CHARS, MIN_MAX_CHARS, MAX_MAX_CHARS)
     offset = _int_field(payload, "offset", 0, 0, 10_000_000)
     expected = payload.get("expectedHash")
-    if expected is not None and (not isinstance(expected, str) or len(expected) != 64):
+    if expected is not None and (not isinstance(expected, str) or not SHA256_HEX.match(expected)):
         raise _invalid("expectedHash must be the 64-hex-digit contentHash of an earlier call")
     if offset > 0 and expected is None:
         raise _invalid("expectedHash is required when offset > 0")
@@ -209,27 +209,22 @@ class FetchTool:
         self, args: FetchArgs, vetted: VettedUrl, response: FetchedResponse, loaded: LoadedPolicy
     ) -> dict[str, Any]:
         headers = {k.lower(): v for k, v in response.headers.items()}
-        content_type = headers.get("content-type")
-        try:
-            decoded = decode_body(response.body, content_type)
-        except GatewayError:
-            if response.status < 400:
-                raise
-            # An error page we cannot read is still an error status, not a content problem.
-            decoded = decode_body(b"", "text/plain")
-        challenge = detect_challenge(response.status, headers, decoded.text if decoded.kind == "html" else "")
-        if challenge is not None:
-            raise GatewayError(ErrorCode.CHALLENGED, f"{vetted.host.name} answered with a bot challenge: {challenge}")
-        max_source = loaded.policy.fetch.max_source_chars
-        title = ""
-        links: list[dict[str, str]] = []
-        if decoded.kind == "html" and self._reader is None:
-            extraction = await self._extraction.to_markdown(decoded.text, response.url, max_chars=max_source)
-            text, title, source_truncated = extraction.markdown, extraction.title, extraction.source_truncated
-            links = [{"text": link.text[:200], "url": link.url[:2000]} for link in extraction.links[:20]]
-        else:
-            source_truncated = len(decoded.text) > max_source
-            text = decoded.text[:max_source]
+        page = await self._extraction.render(
+            response.body,
+            headers.get("content-type"),
+            response.status,
+            headers,
+            response.url,
+            max_chars=loaded.policy.fetch.max_source_chars,
+            convert_html=self._reader is None,
+        )
+        page.raise_refusal()
+        if page.challenge is not None:
+            raise GatewayError(
+                ErrorCode.CHALLENGED, f"{vetted.host.name} answered with a bot challenge: {page.challenge}"
+            )
+        text, title, source_truncated = page.text, page.title, page.source_truncated
+        links = [{"text": link.text[:200], "url": link.url[:2000]} for link in page.links[:20]]
         if response.status >= 400:
             raise GatewayError(
                 ErrorCode.UPSTREAM_STATUS,
@@ -250,7 +245,7 @@ class FetchTool:
             "url": vetted.url,
             "finalUrl": response.url,
             "title": title[:MAX_TITLE_CHARS],
-            "contentType": decoded.content_type,
+            "contentType": page.content_type,
             "retrievedAt": dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
             "content": window,
             "contentHash": content_hash,

@@ -23,6 +23,7 @@ import orjson
 import yaml
 
 READY_TIMEOUT_S = 20.0
+MAX_START_ATTEMPTS = 3
 
 
 def free_port(ip: str = "127.0.0.1") -> int:
@@ -46,7 +47,9 @@ def policy_document(
     document: dict[str, Any] = {
         "version": 1,
         "defaults": defaults,
-        "principals": dict(principals) if principals is not None else {
+        "principals": dict(principals)
+        if principals is not None
+        else {
             "default": {"egress": {"allow_domains": ["*"]}, "tools": {"search": True, "fetch": True}},
         },
     }
@@ -113,13 +116,32 @@ class GatewayProcess:
         return self.process.pid
 
     def start(self) -> GatewayProcess:
-        with self.stderr_path.open("wb") as stderr:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "serve"],
-                env=self.env, stdout=subprocess.DEVNULL, stderr=stderr, cwd=self.workdir,
-            )
-        self.wait_ready()
+        # A free port can be taken between our probe and the daemon's bind: pick fresh ones.
+        for attempt in range(MAX_START_ATTEMPTS):
+            with self.stderr_path.open("wb") as stderr:
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "gateway", "serve"],
+                    env=self.env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=stderr,
+                    cwd=self.workdir,
+                )
+            try:
+                self.wait_ready()
+                return self
+            except RuntimeError:
+                if "address already in use" not in self.stderr().lower() or attempt == MAX_START_ATTEMPTS - 1:
+                    raise
+                self._pick_ports()
         return self
+
+    def _pick_ports(self) -> None:
+        self.proxy_port, self.api_port, self.admin_port = free_port(), free_port(), free_port()
+        self.env.update(
+            EGRESS_PROXY_LISTEN=f"127.0.0.1:{self.proxy_port}",
+            EGRESS_API_LISTEN=f"127.0.0.1:{self.api_port}",
+            EGRESS_ADMIN_LISTEN=f"127.0.0.1:{self.admin_port}",
+        )
 
     def readyz(self) -> tuple[int, dict[str, Any]]:
         try:

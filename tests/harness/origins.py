@@ -1,4 +1,4 @@
-"""Loopback origins: aiohttp servers on 127.0.0.2–254 with trustme certificates.
+"""Loopback origins: aiohttp servers on 127.0.0.2-254 with trustme certificates.
 
 They run on a dedicated event loop in a background thread so both async tests (in-process
 gateway) and blocking tests (curl against a gateway subprocess) can use them. Each origin gets

@@ -41,8 +41,11 @@ class Egress:
         document = policy_document(allow_cidrs=[o.cidr for o in allow], ports=ports, **policy)
         self.policy_path.write_text(yaml.safe_dump(document))
         settings = load_settings(
-            {"EGRESS_POLICY": str(self.policy_path), "EGRESS_NAMESERVERS": self.dns.nameserver,
-             "EGRESS_CA_BUNDLE": str(self.pki.ca_path)}
+            {
+                "EGRESS_POLICY": str(self.policy_path),
+                "EGRESS_NAMESERVERS": self.dns.nameserver,
+                "EGRESS_CA_BUNDLE": str(self.pki.ca_path),
+            }
         )
         self.holder = PolicyHolder(settings.policy_path)
         self.resolver = Resolver(settings.nameservers, timeout_s=0.5, tries=1)
@@ -223,7 +226,9 @@ async def test_request_carrying_a_credential_follows_no_redirect(egress: Egress,
     origin = origins.start(redirect_chain_app(2), names=["cred.example.org"])
     client = await egress.open([origin])
     with pytest.raises(GatewayError) as caught:
-        await egress.get(client, origin.url("/hop/1"), carries_credential=True, headers=(("Authorization", "Bearer x"),))
+        await egress.get(
+            client, origin.url("/hop/1"), carries_credential=True, headers=(("Authorization", "Bearer x"),)
+        )
     assert caught.value.code == ErrorCode.REDIRECT_BLOCKED
 
 
@@ -293,8 +298,11 @@ async def test_slow_origin_hits_the_one_deadline(egress: Egress, origins: Origin
 
 @pytest.mark.parametrize(
     ("failure", "reason"),
-    [pytest.param("NXDOMAIN", "NXDOMAIN", id="nxdomain"), pytest.param("SERVFAIL", "SERVFAIL", id="servfail"),
-     pytest.param("silence", "timed out", id="silent-server")],
+    [
+        pytest.param("NXDOMAIN", "NXDOMAIN", id="nxdomain"),
+        pytest.param("SERVFAIL", "SERVFAIL", id="servfail"),
+        pytest.param("silence", "timed out", id="silent-server"),
+    ],
 )
 async def test_dns_failures_have_distinct_reasons(egress: Egress, fake_dns: FakeDNS, failure: str, reason: str) -> None:
     client = await egress.open([])
@@ -350,7 +358,9 @@ async def test_ip_literal_spellings_are_refused_under_literal_ips_deny(egress: E
     assert caught.value.code == ErrorCode.UNSAFE_URL
 
 
-@pytest.mark.parametrize("host", ["2130706433", "0177.0.0.1", "0x7f.1", "127.1", "[::ffff:127.0.0.1]", "[64:ff9b::7f00:1]"])
+@pytest.mark.parametrize(
+    "host", ["2130706433", "0177.0.0.1", "0x7f.1", "127.1", "[::ffff:127.0.0.1]", "[64:ff9b::7f00:1]"]
+)
 async def test_ip_literal_spellings_are_classified_when_literals_are_allowed(egress: Egress, host: str) -> None:
     client = await egress.open([], defaults={"literal_ips": "allow"})
     with pytest.raises(GatewayError) as caught:

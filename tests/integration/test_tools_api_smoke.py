@@ -34,8 +34,10 @@ def test_fetch_returns_markdown_with_budget_and_notice(gateway_factory: GatewayF
     origin = origins.start(site_app(), names=["docs.example.org"])
     gateway = gateway_factory(policy_document(allow_cidrs=[origin.cidr], ports=[80, 443, origin.port]))
     response = httpx.post(
-        f"{gateway.api_url}/v1/fetch", json={"url": origin.url("/article")},
-        headers={"X-Egress-Run": "run-1", "X-Egress-Step": "step-1"}, timeout=20,
+        f"{gateway.api_url}/v1/fetch",
+        json={"url": origin.url("/article")},
+        headers={"X-Egress-Run": "run-1", "X-Egress-Step": "step-1"},
+        timeout=20,
     )
     assert response.status_code == 200, response.text
     body = response.json()
@@ -61,11 +63,14 @@ def test_fetch_refuses_a_robots_disallowed_path_naming_the_rule(
 
 def test_fetch_of_a_metadata_name_is_blocked_and_audited_without_the_path(gateway_factory: GatewayFactory) -> None:
     gateway = gateway_factory(policy_document())
-    response = httpx.post(f"{gateway.api_url}/v1/fetch", json={"url": "http://metadata.google.internal/secret?x=1"}, timeout=20)
+    response = httpx.post(
+        f"{gateway.api_url}/v1/fetch", json={"url": "http://metadata.google.internal/secret?x=1"}, timeout=20
+    )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "unsafe_url"
     lines = [line for line in gateway.audit_lines() if line.get("kind") == "fetch"]
-    assert lines and lines[-1]["decision"] == "deny"
+    assert lines
+    assert lines[-1]["decision"] == "deny"
     assert "secret" not in str(lines[-1])
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -252,11 +251,12 @@ def test_bad_limits_are_invalid_input() -> None:
         ),
     ],
 )
-def test_pathological_pages_finish_quickly(html: str) -> None:
-    started = time.perf_counter()
+@pytest.mark.timeout(30)
+def test_pathological_pages_finish_without_recursion_errors(html: str) -> None:
+    # Speed belongs to bench/; the timeout only turns a quadratic blow-up into a named failure.
     result = html_to_markdown(html, PAGE_URL)
-    assert time.perf_counter() - started < 5.0
     assert isinstance(result, Extraction)
+    assert result.markdown.strip()
 
 
 @pytest.mark.skipif(not FIXTURE_PAGES.is_dir(), reason="shared fixture pages not present")

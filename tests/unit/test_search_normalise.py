@@ -74,7 +74,8 @@ def test_unsafe_links_are_named(url: str, reason: str | None) -> None:
     if reason is None:
         assert verdict is None
     else:
-        assert verdict is not None and reason in verdict
+        assert verdict is not None
+        assert reason in verdict
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,167 @@
+"""Tool permissions end to end: per-principal switches, credentials, and the policy-generation recheck.
+
+Real `egress-gateway serve` processes; principals authenticate with `Authorization: Bearer`; a
+fetch held by the origin spans a policy rewrite and must be dropped with `policy_changed`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from tests.conftest import GatewayFactory
+from tests.harness.gateway import GatewayProcess, policy_document
+from tests.harness.origins import HarnessLoop, Origin, OriginFactory
+from tests.integration.test_budget_e2e import HoldingSite, serp_app
+
+FETCHER_TOKEN = "fetcher-token-0123456789"
+SEARCHER_TOKEN = "searcher-token-0123456789"
+BARE_TOKEN = "bare-token-0123456789"
+GENERATION_LINE = re.compile(r"^egress_gateway_policy_generation (\S+)$", re.MULTILINE)
+# Bounded waits: the gateway polls its policy file every second.
+RELOAD_WAIT_S = 10.0
+HELD_WAIT_S = 10.0
+
+
+def token_principal(token: str, *, search: bool | None = None, fetch: bool | None = None) -> dict[str, Any]:
+    from gateway.policy.decide import token_digest  # noqa: PLC0415 - the gateway's own hashing
+
+    principal: dict[str, Any] = {"token_sha256": token_digest(token), "egress": {"allow_domains": ["*"]}}
+    switches = {name: value for name, value in (("search", search), ("fetch", fetch)) if value is not None}
+    if switches:
+        principal["tools"] = switches
+    return principal
+
+
+def token_policy(*origins_: Origin, principals: Mapping[str, Any]) -> dict[str, Any]:
+    return policy_document(
+        allow_cidrs=[origin.cidr for origin in origins_],
+        ports=[80, 443, *(origin.port for origin in origins_)],
+        principals=principals,
+    )
+
+
+def call(gateway: GatewayProcess, tool: str, body: Mapping[str, Any], token: str | None = None,
+         authorization: str | None = None) -> httpx.Response:
+    headers = {"X-Egress-Run": "run-perm", "X-Egress-Step": "step-1"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    return httpx.post(f"{gateway.api_url}/v1/{tool}", json=dict(body), headers=headers, timeout=20)
+
+
+def error_code(response: httpx.Response) -> str | None:
+    return None if response.status_code == 200 else str(response.json()["error"]["code"])
+
+
+def policy_generation(gateway: GatewayProcess) -> float:
+    match = GENERATION_LINE.search(httpx.get(f"{gateway.admin_url}/metrics", timeout=5).text)
+    assert match is not None
+    return float(match.group(1))
+
+
+def test_search_and_fetch_are_separate_switches_per_token_principal(
+    gateway_factory: GatewayFactory, origins: OriginFactory, harness_loop: HarnessLoop
+) -> None:
+    site = HoldingSite(harness_loop)
+    site.release()
+    origin = origins.start(site.app(), names=["docs.example.org"])
+    engine = origins.start(serp_app(), names=["html.duckduckgo.com"])
+    principals = {
+        "fetcher": token_principal(FETCHER_TOKEN, fetch=True),
+        "searcher": token_principal(SEARCHER_TOKEN, search=True),
+        # No tools section at all: both switches default to off.
+        "bare": token_principal(BARE_TOKEN),
+    }
+    gateway = gateway_factory(token_policy(origin, engine, principals=principals),
+                              env={"EGRESS_SEARCH_DUCKDUCKGO_URL": engine.url("/html/")})
+    fetch_body = {"url": origin.url("/article")}
+    search_body = {"query": "rust async"}
+
+    outcomes = {
+        (name, tool): call(gateway, tool, fetch_body if tool == "fetch" else search_body, token)
+        for name, token in (("fetcher", FETCHER_TOKEN), ("searcher", SEARCHER_TOKEN), ("bare", BARE_TOKEN))
+        for tool in ("fetch", "search")
+    }
+
+    assert {key: (r.status_code, error_code(r)) for key, r in outcomes.items()} == {
+        ("fetcher", "fetch"): (200, None),
+        ("fetcher", "search"): (403, "policy_denied"),
+        ("searcher", "fetch"): (403, "policy_denied"),
+        ("searcher", "search"): (200, None),
+        ("bare", "fetch"): (403, "policy_denied"),
+        ("bare", "search"): (403, "policy_denied"),
+    }
+    assert outcomes[("fetcher", "fetch")].json()["budget"]["step"] == {"remaining": 39}
+    assert outcomes[("searcher", "search")].json()["budget"]["step"] == {"remaining": 19}
+    assert "web_search" in outcomes[("fetcher", "search")].json()["error"]["message"]
+
+
+def test_a_missing_or_unknown_credential_is_auth_required_without_a_default_principal(
+    gateway_factory: GatewayFactory, origins: OriginFactory, harness_loop: HarnessLoop
+) -> None:
+    origin = origins.start(HoldingSite(harness_loop).app(), names=["docs.example.org"])
+    principals = {"fetcher": token_principal(FETCHER_TOKEN, search=True, fetch=True)}
+    gateway = gateway_factory(token_policy(origin, principals=principals))
+    body = {"url": origin.url("/article")}
+
+    refused = {
+        "no credential": call(gateway, "fetch", body),
+        "unknown token": call(gateway, "fetch", body, token="not-a-principal-token"),
+        "unknown token, search": call(gateway, "search", {"query": "rust"}, token="not-a-principal-token"),
+        "basic scheme": call(gateway, "fetch", body, authorization="Basic ZmV0Y2hlcjp4"),
+        "bearer without a token": call(gateway, "fetch", body, authorization="Bearer"),
+    }
+
+    for case, response in refused.items():
+        assert (response.status_code, error_code(response)) == (401, "auth_required"), case
+        assert response.headers["WWW-Authenticate"].startswith("Bearer"), case
+    assert call(gateway, "fetch", body, token=FETCHER_TOKEN).status_code == 200
+
+
+def test_a_fetch_spanning_a_policy_reload_is_dropped_with_policy_changed(
+    gateway_factory: GatewayFactory, origins: OriginFactory, harness_loop: HarnessLoop
+) -> None:
+    site = HoldingSite(harness_loop)
+    origin = origins.start(site.app(), names=["docs.example.org"])
+    principals = {"fetcher": token_principal(FETCHER_TOKEN, fetch=True)}
+    policy = token_policy(origin, principals=principals)
+    gateway = gateway_factory(policy)
+    generation_before = policy_generation(gateway)
+
+    outcome: list[httpx.Response] = []
+    caller = threading.Thread(
+        target=lambda: outcome.append(call(gateway, "fetch", {"url": origin.url("/held")}, FETCHER_TOKEN)),
+        name="held-fetch",
+    )
+    caller.start()
+    try:
+        deadline = time.monotonic() + HELD_WAIT_S
+        while site.arrived < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert site.arrived == 1
+        # The new policy still allows this principal and host: only the generation changes.
+        rewritten = token_policy(origin, principals={**principals, "observer": token_principal(BARE_TOKEN)})
+        gateway.write_policy(rewritten)
+        deadline = time.monotonic() + RELOAD_WAIT_S
+        while policy_generation(gateway) == generation_before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert policy_generation(gateway) > generation_before
+    finally:
+        site.release()
+        caller.join(30)
+
+    assert len(outcome) == 1
+    dropped = outcome[0]
+    assert (dropped.status_code, error_code(dropped)) == (409, "policy_changed"), dropped.text
+    assert "content" not in dropped.json()
+    # The dropped call still spent its reservation; the next call runs under the new generation.
+    again = call(gateway, "fetch", {"url": origin.url("/held")}, FETCHER_TOKEN)
+    assert again.status_code == 200, again.text
+    assert again.json()["budget"]["step"] == {"remaining": 38}
