@@ -10,6 +10,7 @@ No cookies, no proxy from the environment, no caller-controlled headers beyond w
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -64,6 +65,8 @@ class FetchedResponse:
     address: str
     generation: int
     timings: dict[str, float] = field(default_factory=dict)
+    # Report mode: the first denial a hop would have met under enforce, for the audit log.
+    would_deny: GatewayError | None = None
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name)
@@ -109,6 +112,7 @@ class GuardedClient:
         method = request.method
         body = request.body
         hops: list[str] = []
+        would_deny: GatewayError | None = None
         while True:
             try:
                 vetted = self._vet(url, request, loaded)
@@ -119,11 +123,12 @@ class GuardedClient:
                         ErrorCode.REDIRECT_BLOCKED, f"redirect hop {len(hops)} refused ({exc.code}): {exc.message}"
                     ) from None
                 raise
+            would_deny = would_deny or target.would_deny
             response, location = await self._one_hop(
                 vetted, target, method=method, body=body, request=request, limits=limits
             )
             if location is None or not request.follow_redirects:
-                return _with_hops(response, hops)
+                return dataclasses.replace(response, redirects=tuple(hops), would_deny=would_deny)
             if request.carries_credential:
                 raise GatewayError(ErrorCode.REDIRECT_BLOCKED, "a request carrying a credential follows no redirect")
             if len(hops) >= limits.max_redirects:
@@ -238,19 +243,3 @@ def _resolve_location(base: str, location: str) -> str:
     except (ValueError, TypeError):
         raise GatewayError(ErrorCode.REDIRECT_BLOCKED, "redirect Location cannot be parsed") from None
 
-
-def _with_hops(response: FetchedResponse, hops: list[str]) -> FetchedResponse:
-    if not hops:
-        return response
-    return FetchedResponse(
-        response.url,
-        response.status,
-        response.reason,
-        response.headers,
-        response.body,
-        response.wire_bytes,
-        tuple(hops),
-        response.address,
-        response.generation,
-        response.timings,
-    )

@@ -123,18 +123,25 @@ class ToolsApi:
         audit: dict[str, Any],
     ) -> None:
         duration = time.perf_counter() - started
-        code = str(error.code) if error else None
-        metrics.TOOL_CALLS.labels(tool=tool, code=code or "ok").inc()
+        would_deny = audit.pop("would_deny", None)
+        would_deny_reason = audit.pop("would_deny_reason", None)
+        if error is not None:
+            decision, code, reason = "deny", str(error.code), error.message
+        elif would_deny is not None:
+            decision, code, reason = "would_deny", would_deny, would_deny_reason
+        else:
+            decision, code, reason = "allow", None, None
+        metrics.TOOL_CALLS.labels(tool=tool, code=str(error.code) if error else "ok").inc()
         metrics.TOOL_SECONDS.labels(tool=tool).observe(duration)
-        metrics.DECISIONS.labels(kind=tool, decision="deny" if error else "allow", code=code or "").inc()
+        metrics.DECISIONS.labels(kind=tool, decision=decision, code=code or "").inc()
         self._audit.decision(
             kind=tool,
             principal=principal,
             host=audit.pop("host", None),
             port=audit.pop("port", None),
-            decision="deny" if error else "allow",
+            decision=decision,
             code=code,
-            reason=error.message if error else None,
+            reason=reason,
             generation=generation,
             duration_s=round(duration, 6),
             **audit,
@@ -155,11 +162,13 @@ class ToolsApi:
         # The egress core decides again, with DNS, inside the call and on every redirect hop.
         policy = context.loaded.policy
         decision = decide_destination(policy, context.principal, vetted.host, vetted.port)
-        if not decision.allowed and policy.mode_for(context.principal) == "enforce":
-            raise decision.to_error()
+        if not decision.allowed:
+            if policy.mode_for(context.principal) == "enforce":
+                raise decision.to_error()
+            audit.update(would_deny=str(decision.code), would_deny_reason=decision.reason)
 
         async def work() -> dict[str, Any]:
-            result = await self._fetch.fetch(args, vetted, context.principal, context.loaded)
+            result = await self._fetch.fetch(args, vetted, context.principal, context.loaded, audit)
             audit.update(chars=len(result["content"]), total_chars=result["totalChars"])
             return result
 

@@ -152,8 +152,14 @@ class FetchTool:
         )
 
     async def fetch(
-        self, args: FetchArgs, vetted: VettedUrl, principal: Principal, loaded: LoadedPolicy
+        self,
+        args: FetchArgs,
+        vetted: VettedUrl,
+        principal: Principal,
+        loaded: LoadedPolicy,
+        audit: dict[str, Any],
     ) -> dict[str, Any]:
+        """The result object; `audit` receives what the audit line needs (report-mode denials)."""
         limits = _limits(loaded)
         # One deadline over everything (robots.txt, every hop, extraction), not one per request.
         try:
@@ -161,6 +167,9 @@ class FetchTool:
                 if self._reader is None and loaded.policy.fetch.robots == "respect":
                     await self._check_robots(vetted, principal, loaded, limits)
                 response = await self._get(vetted, principal, loaded, limits)
+                if response.would_deny is not None:
+                    audit["would_deny"] = str(response.would_deny.code)
+                    audit["would_deny_reason"] = response.would_deny.message
                 metrics.FETCH_BODY_BYTES.labels(stage="wire").observe(response.wire_bytes)
                 metrics.FETCH_BODY_BYTES.labels(stage="decoded").observe(len(response.body))
                 return await self._render(args, vetted, response, loaded)
@@ -186,7 +195,9 @@ class FetchTool:
                 return None
             return robots.status, robots.body
 
-        await self._robots.check(vetted.origin, vetted.target, fetch_robots)
+        await self._robots.check(
+            vetted.origin, vetted.target, fetch_robots, ttl_s=loaded.policy.fetch.robots_cache_s
+        )
 
     async def _get(
         self, vetted: VettedUrl, principal: Principal, loaded: LoadedPolicy, limits: ClientLimits

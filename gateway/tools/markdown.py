@@ -218,9 +218,11 @@ SKIP_CHILDREN = _Exit(_nothing)
 class _Renderer:
     """Walks a subtree with an explicit stack and drives the writer."""
 
-    def __init__(self, writer: _MarkdownWriter, links: _LinkCollector) -> None:
+    def __init__(self, writer: _MarkdownWriter, links: _LinkCollector, title: str = "") -> None:
         self.writer = writer
         self.links = links
+        # The page title already heads the output; a first heading repeating it is dropped.
+        self.pending_title = title
 
     def render(self, root: LexborNode) -> None:
         # Stack items: a node to enter, or a callable to run when its element closes.
@@ -300,7 +302,11 @@ class _Renderer:
         writer = self.writer
         text = " ".join("".join(writer.inline).split())
         writer.inline.clear()
+        if text and self.pending_title and text == self.pending_title:
+            self.pending_title = ""
+            return
         if text:
+            self.pending_title = ""
             writer.block(f"{'#' * level} {text}")
 
     def _close_link(self, start: int, href: str | None) -> None:
@@ -496,7 +502,7 @@ def _extract(html: str, base_url: str, max_chars: int, max_links: int) -> Extrac
     try:
         if title:
             writer.block(f"# {title}")
-        renderer = _Renderer(writer, collector)
+        renderer = _Renderer(writer, collector, title)
         for node in article:
             renderer.render(node)
         writer.flush_paragraph()

@@ -97,14 +97,16 @@ RobotsFetcher = Callable[[str], Awaitable[tuple[int, bytes] | None]]
 
 
 class RobotsCache:
-    """robots.txt per origin, cached for `ttl_s`. `fetcher` returns (status, body) or None if unreachable."""
+    """robots.txt per origin, each cached for the `ttl_s` in force when it was fetched.
 
-    def __init__(self, ttl_s: float = 3600.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self._ttl_s = ttl_s
+    `fetcher` returns (status, body), or None when robots.txt is unreachable.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._entries: OrderedDict[str, tuple[float, RobotsPolicy]] = OrderedDict()
 
-    async def policy_for(self, origin: str, fetcher: RobotsFetcher) -> RobotsPolicy:
+    async def policy_for(self, origin: str, fetcher: RobotsFetcher, *, ttl_s: float) -> RobotsPolicy:
         entry = self._entries.get(origin)
         if entry is not None and entry[0] > self._clock():
             return entry[1]
@@ -119,15 +121,17 @@ class RobotsCache:
                 policy = RobotsPolicy(())
             else:
                 policy = RobotsPolicy((), f"robots.txt answered {status}")
-        self._entries[origin] = (self._clock() + self._ttl_s, policy)
+        self._entries[origin] = (self._clock() + ttl_s, policy)
         self._entries.move_to_end(origin)
         while len(self._entries) > MAX_CACHED_ORIGINS:
             self._entries.popitem(last=False)
         return policy
 
-    async def check(self, origin: str, path: str, fetcher: RobotsFetcher) -> None:
-        policy = await self.policy_for(origin, fetcher)
-        rule = policy.verdict(path)
+    async def check(self, origin: str, path: str, fetcher: RobotsFetcher, *, ttl_s: float) -> None:
+        policy = await self.policy_for(origin, fetcher, ttl_s=ttl_s)
+        # Rules were percent-decoded when parsed; decode the path the same way (RFC 9309 2.2.2)
+        # so `Disallow: /~user` also stops `/%7Euser`.
+        rule = policy.verdict(unquote(path))
         if rule is not None:
             why = policy.disallow_all_reason or f"rule 'Disallow: {rule.pattern}'"
             raise GatewayError(ErrorCode.ROBOTS_DISALLOWED, f"robots.txt of {origin} disallows {path[:200]} ({why})")

@@ -79,3 +79,25 @@ def test_unknown_field_is_invalid_input(gateway_factory: GatewayFactory) -> None
     response = httpx.post(f"{gateway.api_url}/v1/fetch", json={"url": "https://example.com/", "bogus": 1}, timeout=20)
     assert response.status_code == 400
     assert response.json()["error"] == {"code": "invalid_input", "message": "unknown field 'bogus'", "retryable": False}
+
+
+def test_report_mode_allows_a_denied_host_and_audits_would_deny(
+    gateway_factory: GatewayFactory, origins: OriginFactory
+) -> None:
+    origin = origins.start(site_app(), names=["docs.example.org"])
+    principal = {
+        "egress": {"allow_domains": ["*"], "deny_domains": ["docs.example.org"]},
+        "tools": {"search": False, "fetch": True},
+    }
+    policy = policy_document(
+        allow_cidrs=[origin.cidr],
+        ports=[80, 443, origin.port],
+        principals={"default": principal},
+        defaults={"mode": "report"},
+    )
+    gateway = gateway_factory(policy)
+    response = httpx.post(f"{gateway.api_url}/v1/fetch", json={"url": origin.url("/article")}, timeout=20)
+    assert response.status_code == 200, response.text
+    line = [entry for entry in gateway.audit_lines() if entry.get("kind") == "fetch"][-1]
+    assert line["decision"] == "would_deny"
+    assert line["code"] == "policy_denied"

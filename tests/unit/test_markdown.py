@@ -271,3 +271,12 @@ def test_fixture_page_keeps_its_main_text(name: str) -> None:
     markdown = html_to_markdown(source, PAGE_URL).markdown
     found = set(markdown.split())
     assert len(expected_words & found) / max(1, len(expected_words)) > 0.8
+
+
+def test_first_heading_repeating_the_title_is_not_written_twice() -> None:
+    html = "<html><head><title>Pinned sockets</title></head><body><article><h1>Pinned sockets</h1>" + (
+        "<p>The gateway connects only to the address it vetted, never to another one.</p></article></body></html>"
+    )
+    markdown = html_to_markdown(html, PAGE_URL).markdown
+    assert markdown.count("Pinned sockets") == 1
+    assert markdown.startswith("# Pinned sockets\n")

@@ -99,23 +99,23 @@ async def test_robots_status_decides_per_rfc_9309(answer: tuple[int, bytes] | No
     fetcher = FakeRobots(answer)
     if refused:
         with pytest.raises(GatewayError) as caught:
-            await cache.check("https://docs.example.org", "/page", fetcher)
+            await cache.check("https://docs.example.org", "/page", fetcher, ttl_s=3600)
         assert caught.value.code == ErrorCode.ROBOTS_DISALLOWED
     else:
-        await cache.check("https://docs.example.org", "/page", fetcher)
+        await cache.check("https://docs.example.org", "/page", fetcher, ttl_s=3600)
     assert fetcher.asked == ["https://docs.example.org/robots.txt"]
 
 
 async def test_robots_is_cached_per_origin_until_the_ttl_passes() -> None:
     now = [0.0]
-    cache = RobotsCache(ttl_s=3600, clock=lambda: now[0])
+    cache = RobotsCache(clock=lambda: now[0])
     fetcher = FakeRobots((200, b"User-agent: *\nDisallow: /x\n"))
-    await cache.check("https://a.example", "/page", fetcher)
-    await cache.check("https://a.example", "/other", fetcher)
-    await cache.check("https://b.example", "/page", fetcher)
+    await cache.check("https://a.example", "/page", fetcher, ttl_s=3600)
+    await cache.check("https://a.example", "/other", fetcher, ttl_s=3600)
+    await cache.check("https://b.example", "/page", fetcher, ttl_s=3600)
     assert fetcher.asked == ["https://a.example/robots.txt", "https://b.example/robots.txt"]
     now[0] = 3601.0
-    await cache.check("https://a.example", "/page", fetcher)
+    await cache.check("https://a.example", "/page", fetcher, ttl_s=3600)
     assert fetcher.asked[-1] == "https://a.example/robots.txt"
     assert len(fetcher.asked) == 3
 
@@ -123,4 +123,12 @@ async def test_robots_is_cached_per_origin_until_the_ttl_passes() -> None:
 async def test_disallowed_message_names_the_rule() -> None:
     cache = RobotsCache()
     with pytest.raises(GatewayError, match=r"Disallow: /x"):
-        await cache.check("https://a.example", "/x/y", FakeRobots((200, b"User-agent: *\nDisallow: /x\n")))
+        await cache.check("https://a.example", "/x/y", FakeRobots((200, b"User-agent: *\nDisallow: /x\n")), ttl_s=3600)
+
+
+async def test_percent_encoded_path_matches_a_decoded_rule() -> None:
+    cache = RobotsCache()
+    robots = FakeRobots((200, b"User-agent: *\nDisallow: /~user\n"))
+    with pytest.raises(GatewayError) as caught:
+        await cache.check("https://a.example", "/%7Euser/page", robots, ttl_s=3600)
+    assert caught.value.code == ErrorCode.ROBOTS_DISALLOWED
