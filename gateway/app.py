@@ -106,7 +106,7 @@ class Gateway:
         reader = (
             ReaderService(settings.fetch_reader_url, settings.fetch_reader_key) if settings.fetch_reader_url else None
         )
-        robots = RobotsCache(self.policy.current.policy.fetch.robots_cache_s)
+        robots = RobotsCache()
         return ToolsApi(
             lambda: self.policy.current,
             ToolCalls(self.store, lambda: self.policy.current),
