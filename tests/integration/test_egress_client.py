@@ -439,3 +439,23 @@ async def test_embedded_ipv4_is_named_in_the_reason(egress: Egress, fake_dns: Fa
     with pytest.raises(GatewayError) as caught:
         await egress.get(client, "http://nat64.example.com/")
     assert "169.254.169.254" in caught.value.message
+
+
+async def test_internal_host_rule_opens_its_range_to_that_name_only(
+    egress: Egress, origins: OriginFactory, fake_dns: FakeDNS
+) -> None:
+    origin = origins.start(text_app("internal api"), names=["api.corp.example.org"])
+    fake_dns.add("other.corp.example.org", origin.ip)
+    principal = {
+        "egress": {
+            "allow_domains": ["*"],
+            "internal_hosts": [{"host": "api.corp.example.org", "cidrs": [origin.cidr]}],
+        },
+        "tools": {"fetch": True},
+    }
+    client = await egress.open([], principals={"default": principal}, defaults={"ports": [80, 443, origin.port]})
+    response = await egress.get(client, origin.url("/"))
+    assert response.body == b"internal api"
+    with pytest.raises(GatewayError) as caught:
+        await egress.get(client, origin.url("/", name="other.corp.example.org"))
+    assert caught.value.code == ErrorCode.BLOCKED_DESTINATION
