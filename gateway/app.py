@@ -23,6 +23,7 @@ from gateway.observe import metrics
 from gateway.observe.admin import build_admin_app
 from gateway.observe.audit import AuditLog
 from gateway.policy.load import PolicyHolder
+from gateway.proxy.server import ProxyServer
 from gateway.settings import ListenAddress, Settings
 from gateway.tasks import spawn
 from gateway.tools.api import ToolsApi
@@ -63,6 +64,7 @@ class Gateway:
         self._store_up = settings.redis_url is None
         self._stopped = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
+        self.proxy: ProxyServer | None = None
         # Built in start(): aiodns needs the running loop.
         self.resolver: Resolver
         self.core: EgressCore
@@ -80,7 +82,9 @@ class Gateway:
     async def _serve_app(self, app: web.Application, listen: ListenAddress) -> None:
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        await web.TCPSite(runner, listen.host, listen.port, reuse_address=True).start()
+        # In-flight tool calls get the drain grace too; none runs past its own 30 s deadline anyway.
+        grace_s = self.policy.current.policy.proxy.drain_grace_s
+        await web.TCPSite(runner, listen.host, listen.port, reuse_address=True, shutdown_timeout=grace_s).start()
         self._runners.append(runner)
 
     def build_core(self) -> None:
@@ -94,12 +98,19 @@ class Gateway:
 
     async def start(self) -> None:
         self.build_core()
+        self.proxy = ProxyServer(self.core, self.audit)
+        await self.proxy.start(self.settings.proxy_listen.host, self.settings.proxy_listen.port)
         await self._serve_app(self.tools_api().app(), self.settings.api_listen)
         await self._serve_app(build_admin_app(self.readiness), self.settings.admin_listen)
         self._listeners_bound = True
         self._background.append(spawn(self._watch_policy_file(), name="policy-watch"))
         self._background.append(spawn(self._watch_store(), name="store-watch"))
-        log.info("egress-gateway listening: api %s, admin %s", self.settings.api_listen, self.settings.admin_listen)
+        log.info(
+            "egress-gateway listening: proxy %s, api %s, admin %s",
+            self.settings.proxy_listen,
+            self.settings.api_listen,
+            self.settings.admin_listen,
+        )
 
     def tools_api(self) -> ToolsApi:
         settings = self.settings
@@ -138,7 +149,10 @@ class Gateway:
         loop.add_signal_handler(signal.SIGINT, self.request_stop)
         loop.add_signal_handler(signal.SIGHUP, self.policy.reload)
         await self._stopped.wait()
-        log.info("draining")
+        grace_s = self.policy.current.policy.proxy.drain_grace_s
+        log.info("draining for up to %.1f s", grace_s)
+        if self.proxy is not None:
+            await self.proxy.drain(grace_s)
         await self.shutdown()
 
     async def shutdown(self) -> None:
@@ -147,6 +161,8 @@ class Gateway:
             task.cancel()
         if not hasattr(self, "resolver"):
             return
+        if self.proxy is not None:
+            await self.proxy.close()
         for runner in reversed(self._runners):
             await runner.cleanup()
         with contextlib.suppress(Exception):

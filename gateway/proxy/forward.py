@@ -1,0 +1,401 @@
+"""Absolute-URI HTTP forwarding: one request relayed to a pinned upstream, the response streamed back.
+
+Owns the upstream side of plain HTTP: the keep-alive pool keyed by (vetted address, host, port),
+the rewritten request head (hop-by-hop headers and the proxy credential removed, Host taken from
+the URI), the response parsed with httptools and re-framed for the client (so an upstream cannot
+smuggle a second response through an ambiguous body), the response byte cap, and backpressure in
+both directions. One client write per upstream read: head and body bytes are coalesced.
+
+Never resolves a name and never dials anything but a `PinnedTarget` through
+`open_pinned_connection`; never forwards Proxy-Authorization.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Protocol, cast
+
+import httptools
+
+from gateway.egress.target import PinnedTarget
+from gateway.proxy.heads import HOP_BY_HOP, connection_tokens
+
+PoolKey = tuple[str, str, int]
+
+MAX_IDLE_PER_KEY = 64
+MAX_IDLE_TOTAL = 1024
+POOL_IDLE_TIMEOUT_S = 30.0
+WRITE_HIGH_WATER_BYTES = 256 * 1024
+WRITE_LOW_WATER_BYTES = 64 * 1024
+NO_BODY_STATUSES = frozenset({204, 304})
+
+
+class ClientSide(Protocol):
+    """What the forwarder needs from the client connection (implemented in server.py)."""
+
+    transport: asyncio.Transport
+
+    def response_finished(self, exchange: ForwardExchange, *, keep_alive: bool, reason: str) -> None: ...
+
+    def fail_exchange(self, exchange: ForwardExchange, code: str, message: str) -> None: ...
+
+    def pause_client_reading(self, reason: int) -> None: ...
+
+    def resume_client_reading(self, reason: int) -> None: ...
+
+
+PAUSE_UPSTREAM_WRITE = 1
+PAUSE_BODY_BUFFER = 2
+PAUSE_PIPELINE = 4
+
+
+class ForwardExchange:
+    """One request and its response: state shared by the client and upstream protocols."""
+
+    __slots__ = (
+        "body_done", "bytes_down", "bytes_up", "chunked_request", "client", "client_http10", "head_only",
+        "max_response_bytes", "method", "pending", "pending_bytes", "principal", "started", "target", "upstream",
+    )
+
+    def __init__(self, client: ClientSide, method: bytes, chunked_request: bool, client_http10: bool) -> None:
+        self.client = client
+        self.method = method
+        self.head_only = method == b"HEAD"
+        self.chunked_request = chunked_request
+        self.client_http10 = client_http10
+        self.body_done = False
+        self.pending: list[bytes] = []
+        self.pending_bytes = 0
+        self.upstream: UpstreamConnection | None = None
+        self.bytes_up = 0
+        self.bytes_down = 0
+        self.max_response_bytes = 0
+        self.started = time.perf_counter()
+        self.principal = ""
+        self.target: PinnedTarget | None = None
+
+    def request_body(self, data: bytes) -> None:
+        framed = b"%x\r\n%b\r\n" % (len(data), data) if self.chunked_request else data
+        self.bytes_up += len(data)
+        upstream = self.upstream
+        if upstream is not None and upstream.transport is not None:
+            upstream.transport.write(framed)
+            return
+        # Not connected yet: hold the body, but never more than one write buffer's worth.
+        self.pending.append(framed)
+        self.pending_bytes += len(framed)
+        if self.pending_bytes > WRITE_HIGH_WATER_BYTES:
+            self.client.pause_client_reading(PAUSE_BODY_BUFFER)
+
+    def request_end(self) -> None:
+        self.body_done = True
+        if self.chunked_request:
+            if self.upstream is not None and self.upstream.transport is not None:
+                self.upstream.transport.write(b"0\r\n\r\n")
+            else:
+                self.pending.append(b"0\r\n\r\n")
+        if self.upstream is not None and self.upstream.response_complete:
+            self.upstream.finish()
+
+
+def build_request_head(method: bytes, target: bytes, authority: bytes, headers: list[tuple[bytes, bytes]],
+                       chunked: bool) -> bytes:
+    """The upstream head: origin-form target, Host from the absolute URI, end-to-end headers only."""
+    named = connection_tokens(headers)
+    parts = [method, b" ", target, b" HTTP/1.1\r\nHost: ", authority, b"\r\n"]
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered in HOP_BY_HOP or lowered in named or lowered.startswith(b"proxy-") or lowered == b"host":
+            continue
+        parts += (name, b": ", value, b"\r\n")
+    if chunked:
+        parts.append(b"Transfer-Encoding: chunked\r\n")
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+class UpstreamPool:
+    """Idle keep-alive connections by (vetted address, host, port): reuse only what was vetted."""
+
+    def __init__(self) -> None:
+        self._idle: dict[PoolKey, list[UpstreamConnection]] = {}
+        self._count = 0
+
+    def acquire(self, target: PinnedTarget) -> UpstreamConnection | None:
+        for address in target.addresses:
+            idle = self._idle.get((str(address), target.name, target.port))
+            while idle:
+                conn = idle.pop()
+                self._count -= 1
+                if conn.transport is not None and not conn.transport.is_closing():
+                    conn.checkout()
+                    return conn
+        return None
+
+    def release(self, conn: UpstreamConnection) -> None:
+        idle = self._idle.setdefault(conn.key, [])
+        if len(idle) >= MAX_IDLE_PER_KEY or self._count >= MAX_IDLE_TOTAL or conn.transport is None:
+            conn.close()
+            return
+        idle.append(conn)
+        self._count += 1
+        conn.park(POOL_IDLE_TIMEOUT_S)
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        idle = self._idle.get(conn.key)
+        if idle and conn in idle:
+            idle.remove(conn)
+            self._count -= 1
+            if not idle:
+                del self._idle[conn.key]
+
+    def close(self) -> None:
+        for idle in list(self._idle.values()):
+            for conn in list(idle):
+                conn.close()
+        self._idle.clear()
+        self._count = 0
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One upstream HTTP/1.1 connection; relays the response of the exchange it carries."""
+
+    def __init__(self, pool: UpstreamPool, key: PoolKey) -> None:
+        self.pool = pool
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.exchange: ForwardExchange | None = None
+        self.response_complete = False
+        self._parser: httptools.HttpResponseParser | None = None
+        self._out: list[bytes] = []
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._reason = b""
+        self._status = 0
+        self.head_sent = False
+        self._chunk_to_client = False
+        self._close_client = False
+        self._eof_body = False
+        self._reusable = True
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._reading_paused = False
+        self._body_bytes = 0
+
+    # asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        transport = cast(asyncio.Transport, transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(WRITE_HIGH_WATER_BYTES, WRITE_LOW_WATER_BYTES)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        exchange = self.exchange
+        if exchange is None:
+            self.pool.forget(self)
+            return
+        self._reusable = False
+        if self._eof_body and self.head_sent and exc is None:
+            # A close-delimited body (no Content-Length, not chunked) ends here.
+            self._finish_message()
+            if self._out:
+                exchange.client.transport.write(b"".join(self._out))
+                self._out.clear()
+            self.finish()
+            return
+        reason = "upstream reset" if exc is not None else "upstream closed before the response ended"
+        self.exchange = None
+        exchange.client.fail_exchange(exchange, "connect_failure", reason)
+
+    def data_received(self, data: bytes) -> None:
+        exchange = self.exchange
+        parser = self._parser
+        if exchange is None or parser is None or self.response_complete:
+            # Bytes nobody asked for: the connection's framing can no longer be trusted.
+            self._reusable = False
+            if self.transport is not None:
+                self.transport.close()
+            return
+        try:
+            parser.feed_data(data)
+        except httptools.HttpParserError:
+            self._reusable = False
+            if self._out and self.head_sent:
+                exchange.client.transport.write(b"".join(self._out))
+            self._out.clear()
+            self.exchange = None
+            if self.transport is not None:
+                self.transport.close()
+            exchange.client.fail_exchange(exchange, "connect_failure", "the upstream response is malformed")
+            return
+        if self._out:
+            exchange.client.transport.write(b"".join(self._out))
+            self._out.clear()
+        if self._body_bytes > exchange.max_response_bytes:
+            exchange.bytes_down = self._body_bytes
+            self._reusable = False
+            self.exchange = None
+            if self.transport is not None:
+                self.transport.close()
+            exchange.client.fail_exchange(exchange, "too_large", "the response exceeds proxy.max_response_bytes")
+            return
+        if self.response_complete and exchange.body_done:
+            self.finish()
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def pause_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.client.pause_client_reading(PAUSE_UPSTREAM_WRITE)
+
+    def resume_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.client.resume_client_reading(PAUSE_UPSTREAM_WRITE)
+
+    # driven by the client side ----------------------------------------------------------------
+    def pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._reading_paused and self.transport is not None:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    def checkout(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def park(self, idle_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._idle_timer = loop.call_later(idle_s, self.close)
+
+    def close(self) -> None:
+        self._reusable = False
+        self.pool.forget(self)
+        if self.transport is not None:
+            self.transport.close()
+
+    def start(self, exchange: ForwardExchange, head: bytes) -> None:
+        """Send the request head and any body received so far in one write."""
+        self.exchange = exchange
+        exchange.upstream = self
+        self.response_complete = False
+        self._parser = httptools.HttpResponseParser(self)
+        self._headers = []
+        self.head_sent = False
+        self._eof_body = False
+        self._close_client = exchange.client_http10
+        self._body_bytes = 0
+        assert self.transport is not None
+        if exchange.pending:
+            self.transport.write(head + b"".join(exchange.pending))
+            exchange.pending.clear()
+            exchange.pending_bytes = 0
+            exchange.client.resume_client_reading(PAUSE_BODY_BUFFER)
+        else:
+            self.transport.write(head)
+
+    def finish(self) -> None:
+        """Response and request both complete: hand the client back and park or drop this one."""
+        exchange = self.exchange
+        if exchange is None:
+            return
+        self.exchange = None
+        self._parser = None
+        self.resume_reading()
+        keep_client = not self._close_client
+        exchange.bytes_down = self._body_bytes
+        if self._reusable and self.transport is not None and not self.transport.is_closing():
+            self.pool.release(self)
+        elif self.transport is not None:
+            self.transport.close()
+        exchange.client.response_finished(exchange, keep_alive=keep_client, reason="done")
+
+    # httptools callbacks ----------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._headers = []
+        self._reason = b""
+
+    def on_status(self, status: bytes) -> None:
+        self._reason += status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        exchange = self.exchange
+        assert parser is not None
+        assert exchange is not None
+        status = parser.get_status_code()
+        self._status = status
+        headers = self._headers
+        named = connection_tokens(headers)
+        has_length = False
+        chunked = False
+        kept: list[bytes] = [b"HTTP/1.1 %d %b\r\n" % (status, self._reason)]
+        for name, value in headers:
+            lowered = name.lower()
+            if lowered == b"content-length":
+                has_length = True
+            elif lowered == b"transfer-encoding":
+                chunked = True
+            if lowered in HOP_BY_HOP or lowered in named or lowered.startswith(b"proxy-"):
+                continue
+            kept += (name, b": ", value, b"\r\n")
+        if not parser.should_keep_alive():
+            self._reusable = False
+        informational = 100 <= status < 200
+        bodiless = informational or exchange.head_only or status in NO_BODY_STATUSES
+        self._chunk_to_client = False
+        if not bodiless and not has_length:
+            self._eof_body = not chunked
+            if exchange.client_http10:
+                self._close_client = True
+            else:
+                # Re-frame: the client gets a chunked body whatever the upstream used.
+                self._chunk_to_client = True
+                kept.append(b"Transfer-Encoding: chunked\r\n")
+        if self._close_client and not informational:
+            kept.append(b"Connection: close\r\n")
+        kept.append(b"\r\n")
+        self._out.append(b"".join(kept))
+        if not informational:
+            self.head_sent = True
+        if exchange.head_only and not informational:
+            # No body follows a HEAD response whatever its Content-Length says.
+            self.response_complete = True
+
+    def on_body(self, body: bytes) -> None:
+        if self.response_complete:
+            self._reusable = False  # bytes after a bodiless response: do not reuse
+            return
+        self._body_bytes += len(body)
+        if self._chunk_to_client:
+            self._out.append(b"%x\r\n%b\r\n" % (len(body), body))
+        else:
+            self._out.append(body)
+
+    def on_message_complete(self) -> None:
+        if 100 <= self._status < 200:
+            return  # an interim response; the final one follows on the same parser
+        self._finish_message()
+
+    def _finish_message(self) -> None:
+        if self.response_complete:
+            return
+        if self._chunk_to_client:
+            self._out.append(b"0\r\n\r\n")
+        self.response_complete = True
+
+
+def upstream_factory(pool: UpstreamPool, key: PoolKey) -> Callable[[], UpstreamConnection]:
+    return lambda: UpstreamConnection(pool, key)

@@ -1,0 +1,208 @@
+"""Pure pieces of the proxy's HTTP/1.1 handling: credentials, CONNECT authorities, header rewriting.
+
+The listener parses bytes with httptools (llhttp in strict mode: it already refuses conflicting
+Content-Length and Transfer-Encoding, duplicate Content-Length, obs-fold, bare CR/LF, NUL and
+invalid methods); this module holds what is left once a head is parsed, as functions on values so
+they are table-tested without a loop. Never opens a socket, never decides policy.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httptools
+import orjson
+
+from gateway.egress.urls import VettedHost, vet_host
+from gateway.errors import ErrorCode, GatewayError
+
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADERS = 100
+MAX_URL_BYTES = 8 * 1024
+PROXY_REALM = b'Basic realm="egress-gateway"'
+
+# RFC 9110 section 7.6.1: connection-specific fields a proxy must not forward; `Proxy-*` are
+# ours (the credential is never forwarded) and Transfer-Encoding is re-framed by the proxy.
+HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    user: str | None
+    token: str | None
+
+
+NO_CREDENTIAL = Credential(None, None)
+
+
+def _auth_error(message: str) -> GatewayError:
+    return GatewayError(ErrorCode.AUTH_REQUIRED, message)
+
+
+def parse_proxy_authorization(value: bytes | None) -> Credential:
+    """`Basic base64(user:token)` or `Bearer token`; anything else is a wrong credential.
+
+    Messages never quote the value: it is a secret even when it is malformed.
+    """
+    if value is None:
+        return NO_CREDENTIAL
+    scheme, _, rest = value.strip().partition(b" ")
+    rest = rest.strip()
+    lowered = scheme.lower()
+    if lowered == b"bearer" and rest:
+        try:
+            return Credential(None, rest.decode("ascii"))
+        except UnicodeDecodeError:
+            raise _auth_error("the Bearer credential is not ASCII") from None
+    if lowered == b"basic" and rest:
+        try:
+            decoded = base64.b64decode(rest, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise _auth_error("the Basic credential is not valid base64 of UTF-8") from None
+        user, sep, token = decoded.partition(":")
+        if not sep or not token:
+            raise _auth_error("the Basic credential has no token (user:token)")
+        return Credential(user or None, token)
+    raise _auth_error("Proxy-Authorization must be Basic or Bearer")
+
+
+@dataclass(frozen=True, slots=True)
+class Authority:
+    host: VettedHost
+    port: int
+
+
+def parse_connect_authority(raw: bytes, vet: Callable[[str], VettedHost] = vet_host) -> Authority:
+    """RFC 9110 section 9.3.6 authority-form `host:port`: IPv6 bracketed, port required.
+
+    `vet` canonicalises the host (`vet_host`, or a cache in front of it).
+    """
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise GatewayError(ErrorCode.INVALID_INPUT, "the CONNECT target is not ASCII") from None
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise GatewayError(ErrorCode.INVALID_INPUT, "CONNECT needs host:port")
+    if not port_text.isdigit() or len(port_text) > 5 or not 1 <= int(port_text) <= 65535:
+        raise GatewayError(ErrorCode.INVALID_INPUT, "CONNECT port must be 1-65535")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise GatewayError(ErrorCode.INVALID_INPUT, "an IPv6 CONNECT host must be bracketed")
+    return Authority(vet(host), int(port_text))
+
+
+@dataclass(frozen=True, slots=True)
+class AbsoluteTarget:
+    """An absolute-form request target split into what the upstream request needs."""
+
+    raw_host: bytes
+    port: int
+    origin_form: bytes
+
+
+def split_absolute_target(raw: bytes) -> AbsoluteTarget:
+    """Split `http://host[:port]/path?query` (RFC 9112 section 3.2.2) with llhttp's URL parser.
+
+    The host is returned raw; the caller vets it with `vet_host` (the same canonicalisation the
+    rest of the gateway uses). Userinfo is refused, the fragment dropped, https refused (an
+    https URL goes through CONNECT so the client keeps end-to-end TLS).
+    """
+    if raw.startswith(b"/") or raw == b"*":
+        raise GatewayError(
+            ErrorCode.INVALID_INPUT, "this is a forward proxy: send an absolute URI (http://host/path) or CONNECT"
+        )
+    if len(raw) > MAX_URL_BYTES:
+        raise GatewayError(ErrorCode.UNSAFE_URL, f"the request target is longer than {MAX_URL_BYTES} bytes")
+    try:
+        parsed = httptools.parse_url(raw)
+    except httptools.HttpParserInvalidURLError:
+        raise GatewayError(ErrorCode.UNSAFE_URL, "the request target is not a valid absolute URI") from None
+    scheme = (parsed.schema or b"").lower()
+    if scheme != b"http":
+        if scheme == b"https":
+            raise GatewayError(ErrorCode.UNSAFE_URL, "https URLs go through CONNECT, not plain forwarding")
+        raise GatewayError(ErrorCode.UNSAFE_URL, "the request target scheme is not http")
+    if parsed.userinfo is not None:
+        raise GatewayError(ErrorCode.UNSAFE_URL, "URLs with userinfo (user:password@) are refused")
+    host = parsed.host
+    if not host:
+        raise GatewayError(ErrorCode.UNSAFE_URL, "the request target has no host")
+    port = parsed.port if parsed.port is not None else 80
+    if not 1 <= port <= 65535:
+        raise GatewayError(ErrorCode.UNSAFE_URL, "the request target port is out of range")
+    bracketed = b"[" + host + b"]" if b":" in host else host
+    path = parsed.path or b"/"
+    origin_form = path + b"?" + parsed.query if parsed.query is not None else path
+    return AbsoluteTarget(bracketed, port, origin_form)
+
+
+def host_authority(host: VettedHost, port: int) -> bytes:
+    """The Host header for the upstream: the canonical (IDNA, lower-case) name, never the raw one."""
+    name = host.name.encode("ascii")
+    if host.ip is not None and host.ip.version == 6:
+        name = b"[" + name + b"]"
+    return name if port == 80 else name + b":%d" % port
+
+
+def connection_tokens(headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    """Header names the Connection field declares hop-by-hop."""
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    return frozenset(tokens)
+
+
+def end_to_end_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Headers minus hop-by-hop ones, the ones Connection names, Proxy-* and Host."""
+    named = connection_tokens(headers) if any(n.lower() == b"connection" for n, _ in headers) else frozenset()
+    kept: list[tuple[bytes, bytes]] = []
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered in HOP_BY_HOP or lowered in named or lowered.startswith(b"proxy-") or lowered == b"host":
+            continue
+        kept.append((name, value))
+    return kept
+
+
+def serialize_headers(headers: list[tuple[bytes, bytes]]) -> bytes:
+    return b"".join([name + b": " + value + b"\r\n" for name, value in headers])
+
+
+def error_response(error: GatewayError, *, keep_alive: bool) -> bytes:
+    """The denial of DESIGN.md section 3: status, X-Egress-Code, the JSON body; never a credential."""
+    status = error.http_status
+    if error.code == ErrorCode.AUTH_REQUIRED:
+        status = 407
+    body = orjson.dumps(error.to_body())
+    lines = [
+        b"HTTP/1.1 %d %s\r\n" % (status, REASONS.get(status, b"Error")),
+        b"X-Egress-Code: " + str(error.code).encode("ascii") + b"\r\n",
+        b"Content-Type: application/json\r\n",
+        b"Content-Length: %d\r\n" % len(body),
+    ]
+    if status == 407:
+        lines.append(b"Proxy-Authenticate: " + PROXY_REALM + b"\r\n")
+    if error.retry_after_s is not None:
+        lines.append(b"Retry-After: %d\r\n" % max(1, round(error.retry_after_s)))
+    lines.append(b"Connection: keep-alive\r\n\r\n" if keep_alive else b"Connection: close\r\n\r\n")
+    return b"".join(lines) + body
+
+
+REASONS: dict[int, bytes] = {
+    400: b"Bad Request",
+    403: b"Forbidden",
+    407: b"Proxy Authentication Required",
+    409: b"Conflict",
+    415: b"Unsupported Media Type",
+    429: b"Too Many Requests",
+    431: b"Request Header Fields Too Large",
+    502: b"Bad Gateway",
+    503: b"Service Unavailable",
+    504: b"Gateway Timeout",
+}

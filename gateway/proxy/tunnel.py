@@ -1,0 +1,281 @@
+"""The CONNECT splice: bytes both ways between a client and a pinned upstream, bounded.
+
+Owns an established tunnel: the SNI gate on the client's first flight (held, peeked, then
+forwarded unchanged), backpressure (a side whose write buffer passes the high-water mark pauses
+reading on the other side, so memory per tunnel stays bounded by the watermarks), the idle
+timeout, the maximum lifetime, guarded half-closes, byte counts, and the close audit line.
+
+Never parses or alters the payload beyond the ClientHello peek; never dials anything (the
+listener hands it a connected upstream transport).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Protocol, cast
+
+from gateway.observe import metrics
+from gateway.observe.audit import AuditLog
+from gateway.policy.model import SniMode
+from gateway.proxy.sni import MAX_PEEK_BYTES, ClientHelloPeek, PeekStatus, peek_client_hello
+
+WRITE_HIGH_WATER_BYTES = 256 * 1024
+WRITE_LOW_WATER_BYTES = 64 * 1024
+TLS_PORTS = frozenset({443})
+EOF_FROM_CLIENT = 1
+EOF_FROM_UPSTREAM = 2
+EOF_BOTH = EOF_FROM_CLIENT | EOF_FROM_UPSTREAM
+
+_UP = metrics.TUNNEL_BYTES.labels("upstream")
+_DOWN = metrics.TUNNEL_BYTES.labels("downstream")
+
+
+def sni_verdict(mode: SniMode, port: int, connect_host: str, host_is_ip: bool, peek: ClientHelloPeek) -> str | None:
+    """None when the first flight may pass; else why the tunnel is refused.
+
+    `require` applies in full on TLS ports (443): the first flight must be a ClientHello naming
+    the CONNECT host. On other ports, and under `match-if-present`, only a ClientHello that names
+    a different host is refused (domain fronting at the TLS layer); plain protocols pass.
+    """
+    if mode == "off":
+        return None
+    strict = mode == "require" and port in TLS_PORTS
+    if peek.status == PeekStatus.MALFORMED:
+        return f"malformed TLS ClientHello: {peek.reason}"
+    if peek.status == PeekStatus.NOT_TLS:
+        return "the first bytes are not a TLS ClientHello (sni: require on a TLS port)" if strict else None
+    name = peek.server_name
+    if name is None:
+        if strict and not host_is_ip:
+            return "the TLS ClientHello carries no SNI (sni: require)"
+        return None
+    if name != connect_host:
+        return f"TLS SNI {name!r} differs from the CONNECT host {connect_host!r}"
+    return None
+
+
+class TunnelOwner(Protocol):
+    """The listener's bookkeeping: called once when a tunnel ends."""
+
+    def tunnel_closed(self, tunnel: Tunnel) -> None: ...
+
+
+class UpstreamTunnelProtocol(asyncio.Protocol):
+    """The upstream side of a tunnel; everything is delegated to the `Tunnel`."""
+
+    __slots__ = ("early", "transport", "tunnel")
+
+    def __init__(self) -> None:
+        self.tunnel: Tunnel | None = None
+        self.transport: asyncio.Transport | None = None
+        # Bytes or a close that arrive before the tunnel object exists (server speaks first).
+        self.early: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        transport = cast(asyncio.Transport, transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(WRITE_HIGH_WATER_BYTES, WRITE_LOW_WATER_BYTES)
+
+    def data_received(self, data: bytes) -> None:
+        if self.tunnel is not None:
+            self.tunnel.from_upstream(data)
+        else:
+            self.early.append(data)
+            assert self.transport is not None
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool | None:
+        if self.tunnel is not None:
+            return self.tunnel.upstream_eof()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self.tunnel is not None:
+            self.tunnel.upstream_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self.tunnel is not None:
+            self.tunnel.client.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.tunnel is not None:
+            self.tunnel.client.resume_reading()
+
+
+class Tunnel:
+    """An established CONNECT tunnel. The listener forwards client events to it."""
+
+    __slots__ = (
+        "address", "audit", "bytes_down", "bytes_up", "client", "close_reason", "closed", "connect_host", "eofs",
+        "generation",
+        "host_is_ip", "idle_s", "last_activity", "lifetime_timer", "owner", "peek_buffer", "port", "principal",
+        "sni_mode", "started", "timer", "upstream", "upstream_proto", "wall_started",
+    )
+
+    def __init__(
+        self,
+        *,
+        owner: TunnelOwner,
+        audit: AuditLog,
+        client: asyncio.Transport,
+        upstream: asyncio.Transport,
+        upstream_proto: UpstreamTunnelProtocol,
+        principal: str,
+        connect_host: str,
+        host_is_ip: bool,
+        port: int,
+        address: str,
+        generation: int,
+        sni_mode: SniMode,
+        idle_s: float,
+        lifetime_s: float,
+    ) -> None:
+        self.owner = owner
+        self.audit = audit
+        self.client = client
+        self.upstream = upstream
+        self.upstream_proto = upstream_proto
+        self.principal = principal
+        self.connect_host = connect_host
+        self.host_is_ip = host_is_ip
+        self.port = port
+        self.address = address
+        self.generation = generation
+        self.sni_mode: SniMode = sni_mode
+        self.bytes_up = 0
+        self.bytes_down = 0
+        self.closed = False
+        self.eofs = 0
+        self.close_reason = "closed"
+        self.started = time.monotonic()
+        self.last_activity = self.started
+        self.idle_s = idle_s
+        # None: the first flight has been checked (or needs no check) and bytes flow freely.
+        self.peek_buffer: bytearray | None = bytearray() if sni_mode != "off" else None
+        loop = asyncio.get_running_loop()
+        self.timer: asyncio.TimerHandle = loop.call_later(idle_s, self._idle_check)
+        self.lifetime_timer: asyncio.TimerHandle = loop.call_later(lifetime_s, self.close, "max_lifetime")
+        client.set_write_buffer_limits(WRITE_HIGH_WATER_BYTES, WRITE_LOW_WATER_BYTES)
+        metrics.ACTIVE_TUNNELS.inc()
+
+    def start(self, early: bytes) -> None:
+        """Attach to the upstream protocol, deliver anything that arrived early, start reading."""
+        proto = self.upstream_proto
+        proto.tunnel = self
+        if proto.early:
+            for chunk in proto.early:
+                self.from_upstream(chunk)
+            proto.early.clear()
+            if not self.closed:
+                self.upstream.resume_reading()
+        if early:
+            self.from_client(early)
+        if proto.transport is None and not self.closed:
+            self.upstream_lost(None)
+
+    # client → upstream -------------------------------------------------------------------------
+    def from_client(self, data: bytes) -> None:
+        self.last_activity = time.monotonic()
+        if self.peek_buffer is not None:
+            self.peek_buffer += data
+            peek = peek_client_hello(bytes(self.peek_buffer))
+            if peek.status == PeekStatus.NEED_MORE and len(self.peek_buffer) < MAX_PEEK_BYTES:
+                return
+            refusal = sni_verdict(self.sni_mode, self.port, self.connect_host, self.host_is_ip, peek)
+            if refusal is not None:
+                metrics.DECISIONS.labels("connect", "deny", "policy_denied").inc()
+                self.audit.decision(
+                    kind="connect", principal=self.principal, host=self.connect_host, port=self.port,
+                    addresses=(self.address,), decision="deny", code="policy_denied", reason=refusal,
+                    generation=self.generation, stage="sni",
+                )
+                self.close("sni_denied", abort=True)
+                return
+            data = bytes(self.peek_buffer)
+            self.peek_buffer = None
+        self.bytes_up += len(data)
+        self.upstream.write(data)
+
+    def client_eof(self) -> bool:
+        """Half-close toward the upstream; keep the tunnel open for the other direction."""
+        if self.peek_buffer is not None:
+            # The client gave up before its first flight was complete: nothing may be forwarded.
+            self.close("client_closed")
+            return False
+        self.eofs |= EOF_FROM_CLIENT
+        if self.eofs == EOF_BOTH or not _can_half_close(self.upstream):
+            self.close("client_closed")
+            return False
+        self.upstream.write_eof()
+        return True
+
+    def client_lost(self, exc: Exception | None) -> None:
+        self.close("client_reset" if exc is not None else "client_closed")
+
+    # upstream → client -------------------------------------------------------------------------
+    def from_upstream(self, data: bytes) -> None:
+        self.last_activity = time.monotonic()
+        self.bytes_down += len(data)
+        self.client.write(data)
+
+    def upstream_eof(self) -> bool:
+        self.eofs |= EOF_FROM_UPSTREAM
+        if self.eofs == EOF_BOTH or not _can_half_close(self.client):
+            self.close("upstream_closed")
+            return False
+        self.client.write_eof()
+        return True
+
+    def upstream_lost(self, exc: Exception | None) -> None:
+        self.close("upstream_reset" if exc is not None else "upstream_closed")
+
+    # lifecycle ---------------------------------------------------------------------------------
+    def _idle_check(self) -> None:
+        if self.closed:
+            return
+        remaining = self.last_activity + self.idle_s - time.monotonic()
+        if remaining <= 0:
+            self.close("idle_timeout")
+        else:
+            self.timer = asyncio.get_running_loop().call_later(remaining, self._idle_check)
+
+    def close(self, reason: str, *, abort: bool = False) -> None:
+        """Close both sides once (flushing what is buffered unless aborting) and write the audit line."""
+        if self.closed:
+            return
+        self.closed = True
+        self.close_reason = reason
+        self.timer.cancel()
+        self.lifetime_timer.cancel()
+        for transport in (self.client, self.upstream):
+            if not transport.is_closing():
+                if abort:
+                    transport.abort()
+                else:
+                    transport.close()
+            elif abort:
+                transport.abort()
+        duration = time.monotonic() - self.started
+        metrics.ACTIVE_TUNNELS.dec()
+        metrics.TUNNEL_SECONDS.observe(duration)
+        _UP.inc(self.bytes_up)
+        _DOWN.inc(self.bytes_down)
+        self.audit.write(
+            "close", kind="connect", principal=self.principal, host=self.connect_host, port=self.port,
+            bytes_up=self.bytes_up, bytes_down=self.bytes_down, duration_s=round(duration, 6), close_reason=reason,
+        )
+        self.owner.tunnel_closed(self)
+
+
+def _can_half_close(transport: asyncio.Transport) -> bool:
+    # uvloop 0.23 freed a buffer twice when write_eof() met a transport whose peer had already
+    # gone: only half-close a transport that is open and says it can.
+    return not transport.is_closing() and transport.can_write_eof()
+
+
+def upstream_tunnel_factory() -> Callable[[], UpstreamTunnelProtocol]:
+    return UpstreamTunnelProtocol

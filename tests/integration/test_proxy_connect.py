@@ -1,0 +1,245 @@
+"""CONNECT through the proxy with real clients (curl, httpx, raw sockets) to loopback TLS origins."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import subprocess
+from collections.abc import Callable
+
+import httpx
+import pytest
+from aiohttp import web
+
+from gateway.policy.decide import token_digest
+from tests.harness.certs import TestPKI
+from tests.harness.dns import FakeDNS
+from tests.harness.gateway import GatewayProcess, free_port
+from tests.harness.origins import Origin, OriginFactory
+from tests.integration import test_proxy_support as support
+from tests.integration.test_proxy_support import (
+    ProxyProcess,
+    basic,
+    proxy_policy,
+    raw_exchange,
+)
+
+ProxyFactory = Callable[..., ProxyProcess]
+proxy_factory = support.proxy_factory  # the fixture, shared with the other proxy test modules
+TOKEN = "s3cret-token-for-tests"
+
+
+def _origin_app() -> web.Application:
+    async def hello(request: web.Request) -> web.Response:
+        return web.Response(text=f"hello from {request.host}")
+
+    async def big(request: web.Request) -> web.StreamResponse:
+        total = int(request.query.get("bytes", "0"))
+        response = web.StreamResponse()
+        response.content_length = total
+        await response.prepare(request)
+        block = b"x" * 65536
+        sent = 0
+        while sent < total:
+            piece = block[: min(len(block), total - sent)]
+            await response.write(piece)
+            sent += len(piece)
+        return response
+
+    app = web.Application()
+    app.router.add_get("/", hello)
+    app.router.add_get("/big", big)
+    return app
+
+
+@pytest.fixture
+def tls_origin(origins: OriginFactory) -> Origin:
+    return origins.start(_origin_app(), names=("docs.example.org",), tls=True)
+
+
+def _curl(proxy: ProxyProcess, url: str, pki: TestPKI, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["curl", "-sS", "--max-time", "10", "-x", proxy.url, "--cacert", str(pki.ca_path), *extra, url],
+        capture_output=True, text=True, timeout=20, check=False,
+    )
+
+
+def _connect(proxy: ProxyProcess, authority: str, *headers: str) -> tuple[socket.socket, bytes]:
+    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+    head = f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n"
+    sock.sendall(head.encode())
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        answer += chunk
+    return sock, answer
+
+
+def test_https_through_connect_verifies_the_origin_certificate_end_to_end(
+    proxy_factory: ProxyFactory, tls_origin: Origin, pki: TestPKI
+) -> None:
+    proxy = proxy_factory(proxy_policy([tls_origin.cidr], ports=[tls_origin.port]))
+    result = _curl(proxy, tls_origin.url("/"), pki)
+    assert result.returncode == 0, (result.stderr, proxy.stderr(), proxy.audit_lines())
+    assert result.stdout == f"hello from docs.example.org:{tls_origin.port}"
+    lines = proxy.wait_audit(lambda lines: any(line["event"] == "close" for line in lines))
+    decisions = [line for line in lines if line["event"] == "decision"]
+    assert decisions[0]["decision"] == "allow"
+    assert decisions[0]["kind"] == "connect"
+    assert decisions[0]["addresses"] == [tls_origin.ip]
+    closes = [line for line in lines if line["event"] == "close"]
+    assert closes
+    assert closes[0]["bytes_up"] > 0
+    assert closes[0]["bytes_down"] > 0
+
+
+def test_httpx_through_connect_with_basic_credentials(
+    proxy_factory: ProxyFactory, tls_origin: Origin, pki: TestPKI
+) -> None:
+    principals = {"agent": {"token_sha256": token_digest(TOKEN), "egress": {"allow_domains": ["docs.example.org"]}}}
+    proxy = proxy_factory(proxy_policy([tls_origin.cidr], ports=[tls_origin.port], principals=principals))
+    proxy_url = f"http://agent:{TOKEN}@127.0.0.1:{proxy.port}"
+    with httpx.Client(proxy=proxy_url, verify=pki.client_context(), timeout=10) as client:
+        response = client.get(tls_origin.url("/"))
+    assert response.status_code == 200
+    assert response.text.startswith("hello from docs.example.org")
+    assert TOKEN not in proxy.audit_path.read_text()
+
+
+def test_missing_credentials_get_407_with_proxy_authenticate(
+    proxy_factory: ProxyFactory, tls_origin: Origin
+) -> None:
+    principals = {"agent": {"token_sha256": token_digest(TOKEN), "egress": {"allow_domains": ["*"]}}}
+    proxy = proxy_factory(proxy_policy([tls_origin.cidr], ports=[tls_origin.port], principals=principals))
+    sock, answer = _connect(proxy, f"docs.example.org:{tls_origin.port}")
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 407 ")
+    assert b'Proxy-Authenticate: Basic realm="egress-gateway"' in answer
+    assert b"X-Egress-Code: auth_required" in answer
+
+
+def test_wrong_credentials_get_407_and_the_token_is_never_echoed(
+    proxy_factory: ProxyFactory, tls_origin: Origin
+) -> None:
+    principals = {"agent": {"token_sha256": token_digest(TOKEN), "egress": {"allow_domains": ["*"]}}}
+    proxy = proxy_factory(proxy_policy([tls_origin.cidr], ports=[tls_origin.port], principals=principals))
+    wrong = "wrong-token-value-123"
+    credential = f"Proxy-Authorization: {basic('agent', wrong)}"
+    sock, answer = _connect(proxy, f"docs.example.org:{tls_origin.port}", credential)
+    rest = sock.recv(65536)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 407 ")
+    assert wrong.encode() not in answer + rest
+    assert wrong not in proxy.audit_path.read_text()
+
+
+def test_denied_host_gets_403_policy_denied(proxy_factory: ProxyFactory, tls_origin: Origin) -> None:
+    principals = {"default": {"egress": {"allow_domains": ["*.wikipedia.org"]}}}
+    proxy = proxy_factory(proxy_policy([tls_origin.cidr], ports=[tls_origin.port], principals=principals))
+    sock, answer = _connect(proxy, f"docs.example.org:{tls_origin.port}")
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 403 ")
+    assert b"X-Egress-Code: policy_denied" in answer
+    assert b'"code":"policy_denied"' in answer
+    lines = proxy.wait_audit(lambda lines: any(line.get("decision") == "deny" for line in lines))
+    deny = [line for line in lines if line.get("decision") == "deny"]
+    assert deny[0]["code"] == "policy_denied"
+
+
+@pytest.mark.parametrize(
+    ("name", "address"),
+    [("internal.example.net", "10.1.2.3"), ("metadata.example.net", "169.254.169.254")],
+    ids=["private-10", "cloud-metadata"],
+)
+def test_name_resolving_to_a_denied_address_gets_403_blocked_destination(
+    proxy_factory: ProxyFactory, tls_origin: Origin, fake_dns: FakeDNS, name: str, address: str
+) -> None:
+    fake_dns.add(name, address)
+    proxy = proxy_factory(proxy_policy([tls_origin.cidr], ports=[443]))
+    sock, answer = _connect(proxy, f"{name}:443")
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 403 ")
+    assert b"X-Egress-Code: blocked_destination" in answer
+
+
+def test_denied_port_gets_403(proxy_factory: ProxyFactory, tls_origin: Origin) -> None:
+    proxy = proxy_factory(proxy_policy([tls_origin.cidr], ports=[443]))
+    sock, answer = _connect(proxy, "docs.example.org:8443")
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 403 ")
+    assert b"X-Egress-Code: policy_denied" in answer
+
+
+def test_connect_to_the_proxys_own_address_is_denied(proxy_factory: ProxyFactory, fake_dns: FakeDNS) -> None:
+    fake_dns.add("self.example.net", "127.0.0.1")
+    port = free_port()
+    # Even a policy that opens 127.0.0.1 and the proxy's port cannot make the proxy dial itself.
+    proxy = proxy_factory(proxy_policy(["127.0.0.1/32"], ports=[port]), port)
+    sock, answer = _connect(proxy, f"self.example.net:{port}")
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 403 ")
+    assert b"X-Egress-Code: blocked_destination" in answer
+
+
+@pytest.mark.parametrize(
+    "authority",
+    ["docs.example.org", "docs.example.org:0", "docs.example.org:70000", "docs.example.org:44x", "::1:443", ":443"],
+    ids=["no-port", "port-zero", "port-too-big", "port-garbage", "unbracketed-ipv6", "empty-host"],
+)
+def test_malformed_connect_authority_is_refused(
+    proxy_factory: ProxyFactory, tls_origin: Origin, authority: str
+) -> None:
+    proxy = proxy_factory(proxy_policy([tls_origin.cidr]))
+    answer = raw_exchange(proxy.port, f"CONNECT {authority} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert answer.startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 403 "))
+
+
+def _tls_through(proxy: ProxyProcess, origin: Origin, pki: TestPKI, server_hostname: str) -> bytes:
+    sock, answer = _connect(proxy, f"docs.example.org:{origin.port}")
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    context = pki.client_context()
+    context.check_hostname = False
+    with context.wrap_socket(sock, server_hostname=server_hostname) as tls:
+        tls.sendall(b"GET / HTTP/1.1\r\nHost: docs.example.org\r\nConnection: close\r\n\r\n")
+        data = b""
+        while True:
+            chunk = tls.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+
+def test_sni_matching_the_connect_host_is_allowed(
+    proxy_factory: ProxyFactory, tls_origin: Origin, pki: TestPKI
+) -> None:
+    proxy = proxy_factory(proxy_policy([tls_origin.cidr], ports=[tls_origin.port], proxy={"sni": "match-if-present"}))
+    assert b"hello from" in _tls_through(proxy, tls_origin, pki, "docs.example.org")
+
+
+def test_sni_naming_another_host_is_denied_and_audited(
+    proxy_factory: ProxyFactory, tls_origin: Origin, pki: TestPKI
+) -> None:
+    proxy = proxy_factory(proxy_policy([tls_origin.cidr], ports=[tls_origin.port], proxy={"sni": "match-if-present"}))
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        _tls_through(proxy, tls_origin, pki, "evil.example.com")
+    lines = proxy.wait_audit(lambda lines: any(line.get("stage") == "sni" for line in lines))
+    sni = [line for line in lines if line.get("stage") == "sni"]
+    assert sni[0]["decision"] == "deny"
+    assert "evil.example.com" in sni[0]["reason"]
+
+
+def test_egress_gateway_serve_proxies_connect_on_its_proxy_listener(
+    gateway_factory: Callable[..., GatewayProcess], tls_origin: Origin, pki: TestPKI
+) -> None:
+    gateway = gateway_factory(proxy_policy([tls_origin.cidr], ports=[tls_origin.port]))
+    result = subprocess.run(
+        ["curl", "-sS", "--max-time", "10", "-x", gateway.proxy_url, "--cacert", str(pki.ca_path),
+         tls_origin.url("/")],
+        capture_output=True, text=True, timeout=20, check=False,
+    )
+    assert result.returncode == 0, (result.stderr, gateway.stderr())
+    assert result.stdout.startswith("hello from docs.example.org")
+    assert gateway.stop() == 0

@@ -1,0 +1,190 @@
+"""Plain HTTP (absolute-URI) forwarding through the proxy with curl, httpx and raw sockets."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+from aiohttp import web
+
+from tests.harness.origins import Origin, OriginFactory
+from tests.integration import test_proxy_support as support
+from tests.integration.test_proxy_support import (
+    ProxyProcess,
+    proxy_policy,
+    raw_exchange,
+)
+
+ProxyFactory = Callable[..., ProxyProcess]
+proxy_factory = support.proxy_factory  # the fixture, shared with the other proxy test modules
+
+
+def _origin_app(peers: list[tuple[str, int]]) -> web.Application:
+    async def hello(request: web.Request) -> web.Response:
+        assert request.transport is not None
+        peers.append(request.transport.get_extra_info("peername"))
+        headers = {k: v for k, v in request.headers.items() if k.lower().startswith(("proxy-", "x-"))}
+        return web.json_response({"host": request.host, "path": request.path_qs, "seen": headers})
+
+    async def echo(request: web.Request) -> web.Response:
+        body = await request.read()
+        return web.Response(body=body, content_type="application/octet-stream")
+
+    async def reset(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.content_length = 1_000_000
+        await response.prepare(request)
+        await response.write(b"x" * 1000)
+        assert request.transport is not None
+        sock = request.transport.get_extra_info("socket")
+        # SO_LINGER 0: close() sends a RST instead of a FIN, a real reset mid-body.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        request.transport.abort()
+        return response
+
+    async def big(request: web.Request) -> web.Response:
+        return web.Response(body=b"y" * int(request.query["bytes"]))
+
+    app = web.Application()
+    app.router.add_post("/echo", echo)
+    app.router.add_get("/reset", reset)
+    app.router.add_get("/big", big)
+    app.router.add_get("/{tail:.*}", hello)
+    return app
+
+
+@pytest.fixture
+def peers() -> list[tuple[str, int]]:
+    return []
+
+
+@pytest.fixture
+def http_origin(origins: OriginFactory, peers: list[tuple[str, int]]) -> Origin:
+    return origins.start(_origin_app(peers), names=("plain.example.org",), tls=False)
+
+
+@pytest.fixture
+def proxy(proxy_factory: ProxyFactory, http_origin: Origin) -> ProxyProcess:
+    return proxy_factory(proxy_policy([http_origin.cidr], ports=[http_origin.port], proxy={"head_timeout_s": 1.0}))
+
+
+def test_curl_get_is_forwarded_with_host_from_the_uri_and_no_proxy_headers(
+    proxy: ProxyProcess, http_origin: Origin
+) -> None:
+    result = subprocess.run(
+        ["curl", "-sS", "--max-time", "10", "-x", proxy.url, "-H", "Proxy-Connection: keep-alive",
+         "-H", "X-Trace: 1", http_origin.url("/a?b=c")],
+        capture_output=True, text=True, timeout=20, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f'"host": "plain.example.org:{http_origin.port}"' in result.stdout
+    assert '"path": "/a?b=c"' in result.stdout
+    assert "Proxy-Connection" not in result.stdout
+    assert '"X-Trace": "1"' in result.stdout
+
+
+def test_post_body_is_forwarded_intact(proxy: ProxyProcess, http_origin: Origin) -> None:
+    payload = bytes(range(256)) * 4096
+    with httpx.Client(proxy=proxy.url, timeout=10) as client:
+        response = client.post(http_origin.url("/echo"), content=payload)
+        chunked = client.post(http_origin.url("/echo"), content=iter([payload[:1000], payload[1000:]]))
+    assert response.status_code == 200
+    assert response.content == payload
+    assert chunked.content == payload
+
+
+def test_keep_alive_reuses_client_and_upstream_connections(
+    proxy: ProxyProcess, http_origin: Origin, peers: list[tuple[str, int]]
+) -> None:
+    with httpx.Client(proxy=proxy.url, timeout=10) as client:
+        for _ in range(5):
+            assert client.get(http_origin.url("/")).status_code == 200
+    assert len(peers) == 5
+    assert len(set(peers)) == 1, "the upstream connection was not reused"
+    lines = proxy.wait_audit(lambda lines: sum(line["event"] == "close" for line in lines) >= 5)
+    closes = [line for line in lines if line["event"] == "close"]
+    assert len(closes) == 5
+
+
+def test_denied_host_over_plain_http_gets_403_json(proxy_factory: ProxyFactory, http_origin: Origin) -> None:
+    principals = {"default": {"egress": {"allow_domains": ["only.example.com"]}}}
+    proxy = proxy_factory(proxy_policy([http_origin.cidr], ports=[http_origin.port], principals=principals))
+    with httpx.Client(proxy=proxy.url, timeout=10) as client:
+        response = client.get(http_origin.url("/"))
+    assert response.status_code == 403
+    assert response.headers["X-Egress-Code"] == "policy_denied"
+    assert response.json()["error"]["code"] == "policy_denied"
+
+
+def test_origin_form_request_is_refused_with_400(proxy: ProxyProcess) -> None:
+    answer = raw_exchange(proxy.port, b"GET / HTTP/1.1\r\nHost: plain.example.org\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400 ")
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"POST {url} HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"POST {url} HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcde",
+        b"GET {url} HTTP/1.1\r\nHost: h\r\nX-Folded: a\r\n b\r\n\r\n",
+        b"POST {url} HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+        b"GET {url} HTTP/1.1\r\nHost: h\r\nX-Bad: a\x00b\r\n\r\n",
+        b"GET {url} HTTP/1.1\nHost: h\n\n",
+    ],
+    ids=["cl-and-te", "double-cl", "obs-fold", "te-not-chunked", "nul-in-value", "bare-lf"],
+)
+def test_smuggling_shaped_requests_are_refused_and_never_reach_the_origin(
+    proxy: ProxyProcess, http_origin: Origin, peers: list[tuple[str, int]], head: bytes
+) -> None:
+    answer = raw_exchange(proxy.port, head.replace(b"{url}", http_origin.url("/").encode()))
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert peers == []
+
+
+def test_oversized_head_gets_431(proxy: ProxyProcess, http_origin: Origin) -> None:
+    head = f"GET {http_origin.url('/')} HTTP/1.1\r\nHost: h\r\n".encode() + b"X-Pad: " + b"a" * 70_000 + b"\r\n\r\n"
+    assert raw_exchange(proxy.port, head).startswith(b"HTTP/1.1 431 ")
+
+
+def test_slowloris_head_is_dropped_after_the_head_deadline(proxy: ProxyProcess, http_origin: Origin) -> None:
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+        sock.sendall(f"GET {http_origin.url('/')} HTTP/1.1\r\n".encode())
+        started = time.monotonic()
+        closed = False
+        # Trickle a header byte every 200 ms; the 1 s head deadline must close us well before 8 s.
+        while time.monotonic() - started < 8:
+            try:
+                sock.sendall(b"X")
+                sock.settimeout(0.2)
+                if sock.recv(1024) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+                break
+        assert closed
+
+
+def test_origin_reset_mid_body_reaches_the_client_as_an_error(proxy: ProxyProcess, http_origin: Origin) -> None:
+    with httpx.Client(proxy=proxy.url, timeout=10) as client, pytest.raises(httpx.HTTPError):
+        client.get(http_origin.url("/reset"))
+    lines = proxy.wait_audit(lambda lines: any(line["event"] == "close" for line in lines))
+    closes = [line for line in lines if line["event"] == "close"]
+    assert closes[-1]["close_reason"] == "connect_failure"
+
+
+def test_response_over_the_cap_is_cut(proxy_factory: ProxyFactory, http_origin: Origin) -> None:
+    policy = proxy_policy([http_origin.cidr], ports=[http_origin.port], proxy={"max_response_bytes": 100_000})
+    proxy = proxy_factory(policy)
+    with httpx.Client(proxy=proxy.url, timeout=10) as client:
+        assert client.get(http_origin.url("/big?bytes=1000")).content == b"y" * 1000
+        with pytest.raises(httpx.HTTPError):
+            client.get(http_origin.url("/big?bytes=2000000"))
+    lines = proxy.wait_audit(lambda lines: any(line.get("close_reason") == "too_large" for line in lines))
+    assert lines[-1]["close_reason"] == "too_large"

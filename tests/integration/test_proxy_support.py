@@ -1,0 +1,111 @@
+"""Support for the proxy integration tests: a real `egress-gateway serve`, seen from its proxy.
+
+`ProxyProcess` is a `GatewayProcess` (policy file, fake DNS, test CA, audit file, free loopback
+ports) with helpers to read its RSS and wait for audit lines, so tests can drive the proxy with
+curl and httpx exactly as an agent would and send the daemon SIGTERM. No tests live here.
+"""
+
+from __future__ import annotations
+
+import base64
+import socket
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.certs import TestPKI
+from tests.harness.gateway import GatewayProcess, policy_document
+
+
+class ProxyProcess(GatewayProcess):
+    """A real `egress-gateway serve` seen from its proxy listener, with RSS and audit helpers."""
+
+    def __init__(
+        self, workdir: Path, policy: Mapping[str, Any], nameserver: str, ca_bundle: Path, port: int | None = None
+    ) -> None:
+        super().__init__(workdir, policy, nameserver=nameserver, ca_bundle=ca_bundle)
+        if port is not None:
+            self.proxy_port = port
+            self.env["EGRESS_PROXY_LISTEN"] = f"127.0.0.1:{port}"
+
+    @property
+    def port(self) -> int:
+        return self.proxy_port
+
+    @property
+    def url(self) -> str:
+        return self.proxy_url
+
+    def wait_audit(
+        self, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 5.0
+    ) -> list[dict[str, Any]]:
+        """Audit lines once `predicate` holds: a close line is written when the proxy sees the
+        close, which can be just after the client has its answer."""
+        deadline = time.monotonic() + timeout_s
+        lines = self.audit_lines()
+        while not predicate(lines) and time.monotonic() < deadline:
+            time.sleep(0.02)
+            lines = self.audit_lines()
+        return lines
+
+    def rss_kib(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise RuntimeError("no VmRSS line")
+
+
+
+def proxy_policy(
+    allow_cidrs: Sequence[str],
+    *,
+    proxy: Mapping[str, Any] | None = None,
+    principals: Mapping[str, Any] | None = None,
+    ports: Sequence[int] = (80, 443),
+    defaults: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    sections: dict[str, Any] = {}
+    if proxy:
+        sections["proxy"] = dict(proxy)
+    if defaults:
+        sections["defaults"] = dict(defaults)
+    return policy_document(allow_cidrs=allow_cidrs, ports=ports, principals=principals, **sections)
+
+
+def basic(user: str, token: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode()
+
+
+def raw_exchange(port: int, payload: bytes, *, timeout_s: float = 5.0) -> bytes:
+    """Send raw bytes to the proxy and read until it closes (or the timeout)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        sock.sendall(payload)
+        chunks: list[bytes] = []
+        try:
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except TimeoutError:
+            pass
+        return b"".join(chunks)
+
+
+@pytest.fixture
+def proxy_factory(tmp_path: Path, fake_dns: Any, pki: TestPKI) -> Iterator[Any]:
+    started: list[ProxyProcess] = []
+
+    def start(policy: Mapping[str, Any], port: int | None = None) -> ProxyProcess:
+        workdir = tmp_path / f"proxy{len(started)}"
+        workdir.mkdir()
+        process = ProxyProcess(workdir, policy, fake_dns.nameserver, pki.ca_path, port)
+        started.append(process)
+        return process.start()
+
+    yield start
+    for process in started:
+        process.stop()
