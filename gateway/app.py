@@ -65,6 +65,7 @@ class Gateway:
         self._stopped = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
         self.proxy: ProxyServer | None = None
+        self._core_built = False
         # Built in start(): aiodns needs the running loop.
         self.resolver: Resolver
         self.core: EgressCore
@@ -95,6 +96,7 @@ class Gateway:
         )
         self.client = GuardedClient(self.core, self.ssl_context, self.settings.user_agent)
         self.extraction = ExtractionPool()
+        self._core_built = True
 
     async def start(self) -> None:
         self.build_core()
@@ -159,7 +161,7 @@ class Gateway:
         self._draining = True
         for task in self._background:
             task.cancel()
-        if not hasattr(self, "resolver"):
+        if not self._core_built:
             return
         if self.proxy is not None:
             await self.proxy.close()

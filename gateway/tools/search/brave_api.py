@@ -14,8 +14,8 @@ from gateway.tools.search.engine import (
     API_USER_AGENT,
     EngineOutcome,
     EngineSpec,
-    RawRow,
     load_json,
+    rows_from_items,
     status_outcome,
 )
 from gateway.tools.search.query import SearchQuery
@@ -61,16 +61,7 @@ def parse(reply: EngineReply) -> EngineOutcome:
     results = web.get("results") if isinstance(web, dict) else None
     if not isinstance(results, list):
         return EngineOutcome.unrecognised("web.results is not a list")
-    rows = [
-        RawRow(
-            title=str(item.get("title") or ""),
-            url=str(item["url"]),
-            snippet=str(item.get("description") or ""),
-        )
-        for item in results
-        if isinstance(item, dict) and item.get("url")
-    ]
-    return EngineOutcome.results(rows) if rows else EngineOutcome.no_results("empty web.results")
+    return rows_from_items(results, lambda item: str(item.get("description") or ""), empty="empty web.results")
 
 
 ENGINE = EngineSpec(

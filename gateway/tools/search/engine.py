@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
 from selectolax.lexbor import LexborNode
@@ -104,6 +104,28 @@ def load_json(reply: EngineReply) -> object | None:
         return data
     except orjson.JSONDecodeError:
         return None
+
+
+def results_array(reply: EngineReply) -> list[object] | EngineOutcome:
+    """The top-level `results` list of a JSON answer, or the outcome when there is none."""
+    failed = status_outcome(reply)
+    if failed is not None:
+        return failed
+    data = load_json(reply)
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        return EngineOutcome.unrecognised("no results array")
+    results: list[object] = data["results"]
+    return results
+
+
+def rows_from_items(items: list[object], snippet: Callable[[dict[str, Any]], str], *, empty: str) -> EngineOutcome:
+    """Rows from JSON objects naming `url` and `title` (a missing title falls back to the host later)."""
+    rows = [
+        RawRow(title=str(item.get("title") or ""), url=str(item["url"]), snippet=snippet(item))
+        for item in items
+        if isinstance(item, dict) and item.get("url")
+    ]
+    return EngineOutcome.results(rows) if rows else EngineOutcome.no_results(empty)
 
 
 def node_text(node: LexborNode | None) -> str:

@@ -16,10 +16,9 @@ from gateway.tools.search.engine import (
     API_USER_AGENT,
     EngineOutcome,
     EngineSpec,
-    RawRow,
     days_for,
-    load_json,
-    status_outcome,
+    results_array,
+    rows_from_items,
 )
 from gateway.tools.search.query import SearchQuery
 from gateway.tools.search.transport import EngineReply, EngineRequest
@@ -61,19 +60,10 @@ def _snippet(item: dict[str, object]) -> str:
 
 
 def parse(reply: EngineReply) -> EngineOutcome:
-    failed = status_outcome(reply)
-    if failed is not None:
-        return failed
-    data = load_json(reply)
-    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-        return EngineOutcome.unrecognised("no results array")
-    rows = [
-        # Exa's title may be null; normalisation falls back to the host.
-        RawRow(title=str(item.get("title") or ""), url=str(item["url"]), snippet=_snippet(item))
-        for item in data["results"]
-        if isinstance(item, dict) and item.get("url")
-    ]
-    return EngineOutcome.results(rows) if rows else EngineOutcome.no_results("empty results array")
+    items = results_array(reply)
+    if isinstance(items, EngineOutcome):
+        return items
+    return rows_from_items(items, _snippet, empty="empty results array")
 
 
 ENGINE = EngineSpec(

@@ -15,9 +15,8 @@ from gateway.tools.search.engine import (
     API_USER_AGENT,
     EngineOutcome,
     EngineSpec,
-    RawRow,
-    load_json,
-    status_outcome,
+    results_array,
+    rows_from_items,
 )
 from gateway.tools.search.query import SearchQuery
 from gateway.tools.search.transport import EngineReply, EngineRequest
@@ -50,22 +49,10 @@ def build_request(query: SearchQuery, key: str | None, base_url: str, *, today: 
 
 
 def parse(reply: EngineReply) -> EngineOutcome:
-    failed = status_outcome(reply)
-    if failed is not None:
-        return failed
-    data = load_json(reply)
-    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-        return EngineOutcome.unrecognised("no results array")
-    rows = [
-        RawRow(
-            title=str(item.get("title") or ""),
-            url=str(item["url"]),
-            snippet=str(item.get("content") or ""),
-        )
-        for item in data["results"]
-        if isinstance(item, dict) and item.get("url")
-    ]
-    return EngineOutcome.results(rows) if rows else EngineOutcome.no_results("empty results array")
+    items = results_array(reply)
+    if isinstance(items, EngineOutcome):
+        return items
+    return rows_from_items(items, lambda item: str(item.get("content") or ""), empty="empty results array")
 
 
 ENGINE = EngineSpec(
