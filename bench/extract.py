@@ -30,6 +30,7 @@ from gateway.tools.decode import decode_body
 from gateway.tools.markdown import html_to_markdown
 
 PAGE_URL = "http://fakehost/test/page.html"
+FIXTURE_CONTENT_TYPE = "text/html; charset=utf-8"
 SLOW_PAGE_MS = 50.0
 LOST_RECALL = 0.5
 WORD = re.compile(r"\w+", re.UNICODE)
@@ -105,7 +106,9 @@ def load_pages(pages_dir: Path, only: str | None) -> list[tuple[str, str, Counte
         if not source.exists() or not expected.exists():
             continue
         raw = source.read_bytes()
-        html = decode_body(raw, "text/html").text
+        # The corpus is stored as UTF-8 (Readability's harness reads it so); a page saved with
+        # its original <meta charset>, such as qq's gb2312, would otherwise decode as mojibake.
+        html = decode_body(raw, FIXTURE_CONTENT_TYPE).text
         reference = expected_words(expected.read_text(encoding="utf-8", errors="replace"))
         pages.append((folder.name, html, reference, len(raw)))
     return pages

@@ -238,12 +238,26 @@ def decode_text(body: bytes, header_charset: str | None, bom: str | None, *, sca
     encoding = codec_for(header_charset)
     if encoding is None and scan_markup:
         encoding = declared_in_markup(body[:META_SCAN_BYTES])
+        # Pages re-saved as UTF-8 often keep their old `<meta charset=gb2312>`. Non-ASCII bytes
+        # that are valid UTF-8 are almost never a legacy encoding, so the bytes win over the tag.
+        if encoding is not None and encoding != "utf-8" and _is_non_ascii_utf8(body):
+            encoding = "utf-8"
     if encoding is None:
         encoding = detected_encoding(body)
     try:
         return body.decode(encoding, errors="replace")
     except LookupError:
         return body.decode("utf-8", errors="replace")
+
+
+def _is_non_ascii_utf8(body: bytes) -> bool:
+    if body.isascii():
+        return False
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def declared_in_markup(head: bytes) -> str | None:

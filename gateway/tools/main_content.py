@@ -3,132 +3,37 @@
 Owns the page-chrome rules (what is hidden, what is boilerplate) and the scoring that picks the
 element holding the body text: paragraphs vote for their ancestors, votes are discounted by link
 density and by class/id words, and the best candidate is taken with the siblings that belong to
-it (the approach of Mozilla's Readability, reimplemented over selectolax). It only reads and
-prunes an already parsed tree: it never parses bytes, renders markdown or touches the network.
+it (the approach of Mozilla's Readability, reimplemented over selectolax). The word lists live
+in `main_content_words`, the cleaning of the chosen content in `main_content_cleaning`. It only
+prunes parsed trees (parsing the page once per pass): it never renders markdown or touches the
+network.
 Every loop is iterative or bounded, so a 10,000-deep page cannot exhaust the Python stack.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+import enum
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-# Never content for a reader: code, embedded documents, drawings and form controls.
-JUNK_TAGS = [
-    "script", "style", "noscript", "template", "iframe", "svg", "canvas", "object", "embed",
-    "input", "select", "textarea", "button", "link", "meta", "dialog", "math",
-]  # fmt: skip
-# Landmarks that are chrome on every site; a <header> is judged later, since inside an
-# article it carries the headline.
-CHROME_TAGS = ["nav", "aside", "footer"]
-CHROME_ROLES = (
-    "navigation", "menu", "menubar", "complementary", "alert", "alertdialog", "dialog",
-    "banner", "contentinfo", "search",
-)  # fmt: skip
-HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
-
-# Class/id words (Readability's lists, widened with consent and share bars). Matched as
-# substrings of the lowercased class and id: `in` is ten times faster than a case-insensitive
-# regex alternation, which dominated the run time on pages with long class lists.
-UNLIKELY = (
-    "-ad-",
-    "ai2html",
-    "banner",
-    "breadcrumb",
-    "combx",
-    "comment",
-    "community",
-    "cover-wrap",
-    "disqus",
-    "extra",
-    "footer",
-    "gdpr",
-    "header",
-    "legends",
-    "menu",
-    "related",
-    "remark",
-    "replies",
-    "rss",
-    "shoutbox",
-    "sidebar",
-    "skyscraper",
-    "social",
-    "sponsor",
-    "supplemental",
-    "ad-break",
-    "agegate",
-    "pagination",
-    "pager",
-    "popup",
-    "yom-remote",
-    "cookie",
-    "consent",
-    "newsletter",
-    "share",
-    "sharing",
-    "subscribe",
-    "signup",
-    "promo",
-    "outbrain",
-    "taboola",
-    "recirc",
+from gateway.tools.main_content_cleaning import clean_article
+from gateway.tools.main_content_words import (
+    CHROME_ROLES,
+    CHROME_TAGS,
+    HIDDEN_STYLE,
+    JUNK_TAGS,
+    MAYBE_CONTENT,
+    PASSES,
+    SENTENCE_END,
+    SMALL_WIDGET,
+    SMALL_WIDGET_CHARS,
+    UNLIKELY,
+    Strictness,
+    class_weight,
+    comma_count,
+    mentions,
+    reading_length,
 )
-MAYBE_CONTENT = ("and", "article", "body", "column", "content", "main", "shadow", "mathjax")
-NEGATIVE = (
-    "-ad-",
-    "hidden",
-    "banner",
-    "combx",
-    "comment",
-    "com-",
-    "contact",
-    "footer",
-    "gdpr",
-    "masthead",
-    "media",
-    "meta",
-    "outbrain",
-    "promo",
-    "related",
-    "scroll",
-    "share",
-    "shoutbox",
-    "sidebar",
-    "skyscraper",
-    "sponsor",
-    "shopping",
-    "tags",
-    "widget",
-    "cookie",
-    "consent",
-    "newsletter",
-    "subscribe",
-    "social",
-    "byline",
-    "author",
-)
-POSITIVE = (
-    "article",
-    "body",
-    "content",
-    "entry",
-    "hentry",
-    "h-entry",
-    "main",
-    "page",
-    "pagination",
-    "post",
-    "text",
-    "blog",
-    "story",
-)
-SHARE_BAR_CANDIDATES = ", ".join(
-    f'[{attribute}*="{word}" i]' for word in ("share", "sharing", "social") for attribute in ("class", "id")
-)
-SHARE_BAR = re.compile(r"\b(share|sharing|social|sharedaddy)\b")
 
 SCORED_SELECTOR = "p, pre, td, section, h2, h3, h4, h5, h6"
 # Divs with none of these below them hold only inline content and read as paragraphs.
@@ -145,23 +50,6 @@ TOP_CANDIDATES = 5
 SMALL_FORM_CHARS = 250
 # Below this much text the strict pass probably threw the article away: retry looser.
 MIN_ARTICLE_CHARS = 500
-
-
-@dataclass(frozen=True, slots=True)
-class Strictness:
-    """Which of the lossy rules a pass applies; later passes drop them, like Readability."""
-
-    strip_unlikely: bool
-    weigh_classes: bool
-    clean_conditionally: bool
-
-
-PASSES = (
-    Strictness(strip_unlikely=True, weigh_classes=True, clean_conditionally=True),
-    Strictness(strip_unlikely=False, weigh_classes=True, clean_conditionally=True),
-    Strictness(strip_unlikely=False, weigh_classes=False, clean_conditionally=True),
-    Strictness(strip_unlikely=False, weigh_classes=False, clean_conditionally=False),
-)
 
 
 def text_length(node: LexborNode) -> int:
@@ -198,29 +86,6 @@ class TextStats:
         return min(1.0, linked / total)
 
 
-def mentions(words: str, keywords: tuple[str, ...]) -> bool:
-    """Whether lowercased class/id words contain any of the keywords."""
-    return any(keyword in words for keyword in keywords)
-
-
-def class_and_id(node: LexborNode) -> str:
-    return f"{node.attrs.get('class') or ''} {node.id or ''}".lower()
-
-
-def class_weight(node: LexborNode) -> int:
-    """+25 for an article-like class or id, -25 for a chrome-like one (each counted once)."""
-    weight = 0
-    for name in (node.attributes.get("class"), node.attributes.get("id")):
-        if not name:
-            continue
-        lowered = name.lower()
-        if mentions(lowered, NEGATIVE) or "hid" in lowered.split():
-            weight -= 25
-        if mentions(lowered, POSITIVE):
-            weight += 25
-    return weight
-
-
 def remove_hidden_and_junk(tree: LexborHTMLParser) -> None:
     """Drop what a reader never sees: junk tags, hidden elements, chrome landmarks.
 
@@ -250,18 +115,52 @@ def remove_hidden_and_junk(tree: LexborHTMLParser) -> None:
 def remove_unlikely_candidates(body: LexborNode) -> None:
     """Drop elements whose class/id says menu, comments, share bar... unless it also says content."""
     # Sites repeat the same few class lists thousands of times: judge each list once.
-    verdicts: dict[tuple[str | None, str | None], bool] = {}
+    verdicts: dict[tuple[str | None, str | None], Verdict] = {}
+    # Elements known to hold a lot of text, and so all of their ancestors: a widget word on a
+    # big wrapper is kept without measuring it, which keeps nested wrappers linear.
+    known_big: set[int] = set()
     for node in reversed(body.css("[class], [id]")):
         key = (node.attrs.get("class"), node.id)
-        unlikely = verdicts.get(key)
-        if unlikely is None:
-            words = f"{key[0] or ''} {key[1] or ''}".lower()
-            unlikely = mentions(words, UNLIKELY) and not mentions(words, MAYBE_CONTENT)
-            verdicts[key] = unlikely
-        if unlikely and node.tag in ("body", "html", "a", "article", "main"):
+        verdict = verdicts.get(key)
+        if verdict is None:
+            verdict = verdicts[key] = _class_verdict(f"{key[0] or ''} {key[1] or ''}".lower())
+        if verdict is Verdict.KEEP or node.tag in ("body", "html", "a", "article", "main"):
             continue
-        if unlikely and not _inside_table(node):
-            node.decompose()
+        if _inside_table(node):
+            continue
+        if verdict is Verdict.DROP_IF_SMALL and _holds_much_text(node, known_big):
+            continue
+        node.decompose()
+
+
+class Verdict(enum.Enum):
+    """What an element's class and id say about it, before its contents are looked at."""
+
+    KEEP = enum.auto()
+    DROP = enum.auto()
+    DROP_IF_SMALL = enum.auto()
+
+
+def _class_verdict(words: str) -> Verdict:
+    if mentions(words, MAYBE_CONTENT):
+        return Verdict.KEEP
+    if mentions(words, UNLIKELY):
+        return Verdict.DROP
+    if mentions(words, SMALL_WIDGET):
+        return Verdict.DROP_IF_SMALL
+    return Verdict.KEEP
+
+
+def _holds_much_text(node: LexborNode, known_big: set[int]) -> bool:
+    if node.mem_id in known_big:
+        return True
+    if reading_length(node.text(deep=True, separator=" ", strip=True)) < SMALL_WIDGET_CHARS:
+        return False
+    ancestor: LexborNode | None = node
+    while ancestor is not None and ancestor.mem_id not in known_big:
+        known_big.add(ancestor.mem_id)
+        ancestor = ancestor.parent
+    return True
 
 
 def _inside_table(node: LexborNode) -> bool:
@@ -326,9 +225,11 @@ def score_candidates(body: LexborNode, strictness: Strictness) -> CandidateScore
     scores = CandidateScores(strictness, TextStats(body))
     for element in _scored_elements(body):
         text = " ".join(element.text(deep=True).split())
-        if len(text) < MIN_PARAGRAPH_CHARS:
+        # Measured in Latin-equivalent characters: twenty Chinese characters are a sentence.
+        length = reading_length(text)
+        if length < MIN_PARAGRAPH_CHARS:
             continue
-        vote = 1 + text.count(",") + text.count("\uff0c") + min(len(text) // 100, 3)
+        vote = 1 + comma_count(text) + min(length // 100, 3)
         ancestor = element.parent
         for level in range(MAX_VOTE_LEVELS):
             if ancestor is None or ancestor.tag in (None, "html", "-document"):
@@ -441,57 +342,9 @@ def gather_article(top: LexborNode, top_score: float, scores: CandidateScores) -
 def _reads_like_paragraph(node: LexborNode, stats: TextStats) -> bool:
     text = " ".join(node.text(deep=True).split())
     density = stats.link_density(node)
-    if len(text) > 80:
+    if reading_length(text) > 80:
         return density < 0.25
-    return density == 0 and bool(re.search(r"\.( |$)", text))
-
-
-def clean_article(nodes: list[LexborNode], scores: CandidateScores) -> None:
-    """Drop share bars, link lists and other chrome left inside the chosen content.
-
-    Elements are visited innermost first: removing an element frees its subtree, so a
-    descendant must never be touched after its ancestor went.
-    """
-    for root in nodes:
-        for node in reversed(root.css(SHARE_BAR_CANDIDATES)):
-            if node.mem_id == root.mem_id:
-                continue
-            if SHARE_BAR.search(class_and_id(node)) and text_length(node) < 500:
-                node.decompose()
-        if scores.strictness.clean_conditionally:
-            for node in reversed(root.css("table, ul, ol, div, section, header, form")):
-                if node.mem_id != root.mem_id and _is_fishy(node, scores):
-                    node.decompose()
-
-
-def _is_fishy(node: LexborNode, scores: CandidateScores) -> bool:
-    """Readability's conditional cleaning: lists and boxes that are mostly links or media."""
-    weight = class_weight(node) if scores.strictness.weigh_classes else 0
-    if weight < 0:
-        return True
-    # Measured afresh: the innermost-first walk may have emptied parts of this element.
-    text = " ".join(node.text(deep=True).split())
-    if text.count(",") >= 10:
-        return False
-    anchors = scores.stats.anchor_chars
-    linked = sum(anchors.get(anchor.mem_id, 0) for anchor in node.css("a"))
-    density = min(1.0, linked / len(text)) if text else 0.0
-    tag = node.tag
-    if tag == "header":
-        return density > 0.5
-    if tag in ("ul", "ol"):
-        return density > 0.5 and weight < 25
-    paragraphs = len(node.css("p"))
-    images = len(node.css("img"))
-    if images > 1 and paragraphs / images < 0.5 and not node.css_first("figure"):
-        return True
-    if len(node.css("li")) - 100 > paragraphs:
-        return True
-    if len(text) < MIN_PARAGRAPH_CHARS and images == 0 and tag != "table":
-        return not node.css_first("pre, code, h1, h2, h3, h4, h5, h6")
-    if weight < 25 and density > 0.2:
-        return True
-    return weight >= 25 and density > 0.5
+    return density == 0 and bool(SENTENCE_END.search(text))
 
 
 def find_main_content(html: str) -> tuple[LexborHTMLParser, list[LexborNode]]:
@@ -512,7 +365,7 @@ def find_main_content(html: str) -> tuple[LexborHTMLParser, list[LexborNode]]:
         scores = score_candidates(body, strictness)
         top, top_score = pick_top_candidate(body, scores)
         article = gather_article(top, top_score, scores)
-        clean_article(article, scores)
+        clean_article(article, strictness)
         found = sum(text_length(node) for node in article)
         if found >= MIN_ARTICLE_CHARS:
             return tree, article

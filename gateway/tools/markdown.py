@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from urllib.parse import urljoin, urlsplit
+from dataclasses import dataclass
+from urllib.parse import urljoin
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.tools.main_content import find_main_content
+from gateway.tools.markdown_output import Container, Link, LinkCollector, ListState, MarkdownWriter, OutputFull
+
+__all__ = ["Extraction", "Link", "html_to_markdown", "page_title"]
 
 DEFAULT_MAX_CHARS = 400_000
 DEFAULT_MAX_LINKS = 20
@@ -43,19 +46,13 @@ HEADING_LEVEL = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 SKIPPED_TAGS = frozenset(
     {
         "script", "style", "noscript", "template", "iframe", "svg", "canvas", "input", "select",
-        "textarea", "button", "head", "object", "embed", "math",
+        "textarea", "button", "head", "object", "embed",
     }
 )  # fmt: skip
 # Links an agent cannot follow: they keep their words and lose the target.
-DEAD_SCHEMES = ("javascript:", "data:", "vbscript:", "about:")
-WHITESPACE = re.compile(r"[ \t\n\r\f\v]+")
+# MathML's token elements: identifiers, numbers, operators, text, spaces and string literals.
+MATH_TOKENS = "mi, mn, mo, mtext, ms"
 CODE_LANGUAGE = re.compile(r"(?:^|\s)(?:language|lang)-([\w+#.-]+)", re.I)
-
-
-@dataclass(frozen=True, slots=True)
-class Link:
-    text: str
-    url: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,138 +61,6 @@ class Extraction:
     markdown: str
     links: tuple[Link, ...]
     source_truncated: bool
-
-
-class _OutputFull(Exception):
-    """Raised inside the walk when max_chars is reached; never leaves this module."""
-
-
-@dataclass(slots=True)
-class _Container:
-    """A list item or quote whose prefix starts each line of the blocks inside it."""
-
-    first_prefix: str
-    rest_prefix: str
-    started: bool = False
-
-
-@dataclass(slots=True)
-class _ListState:
-    ordered: bool
-    next_number: int
-
-
-@dataclass(slots=True)
-class _LinkCollector:
-    base_url: str
-    max_links: int
-    links: list[Link] = field(default_factory=list)
-    seen: set[str] = field(default_factory=set)
-    origin: str = ""  # scheme://host of base_url, for the root-relative fast path
-    document: str = ""  # base_url without its fragment, for the in-page fast path
-
-    def __post_init__(self) -> None:
-        try:
-            parts = urlsplit(self.base_url)
-        except ValueError:
-            return
-        if parts.scheme in ("http", "https") and parts.netloc:
-            self.origin = f"{parts.scheme}://{parts.netloc}"
-            self.document = self.base_url.partition("#")[0]
-
-    def resolve(self, href: str | None) -> str | None:
-        """Absolute URL for an href, or None when the link should keep only its words."""
-        if href is None:
-            return None
-        # WHATWG URL parsing strips tabs and newlines inside an href.
-        cleaned = href.strip()
-        if "\t" in cleaned or "\n" in cleaned or "\r" in cleaned:
-            cleaned = re.sub(r"[\t\n\r]", "", cleaned)
-        lowered = cleaned[:12].lower()
-        if not cleaned or lowered.startswith(DEAD_SCHEMES):
-            return None
-        # urljoin is slow: absolute, root-relative and in-page links (most links on most
-        # pages) are resolved directly when nothing in them needs normalising.
-        if "/." not in cleaned and "\\" not in cleaned:
-            if lowered.startswith(("http://", "https://")):
-                return cleaned
-            if self.origin and cleaned[0] == "/" and cleaned[1:2] != "/":
-                return self.origin + cleaned
-            if self.document and cleaned[0] == "#":
-                return self.document + cleaned
-        try:
-            absolute = urljoin(self.base_url, cleaned)
-            urlsplit(absolute)
-        except ValueError:
-            return None
-        return absolute
-
-    def record(self, text: str, url: str) -> None:
-        if len(self.links) >= self.max_links or url in self.seen:
-            return
-        if not url[:8].lower().startswith(("http://", "https://")):
-            return
-        self.seen.add(url)
-        self.links.append(Link(text=text, url=url))
-
-
-class _MarkdownWriter:
-    """Accumulates inline text and emits blocks with their list and quote prefixes."""
-
-    def __init__(self, max_chars: int) -> None:
-        self.max_chars = max_chars
-        self.parts: list[str] = []
-        self.length = 0
-        self.inline: list[str] = []
-        self.containers: list[_Container] = []
-        self.lists: list[_ListState] = []
-        # The lists open when the previous block was written: a new item continues them.
-        self.last_block_lists: tuple[int, ...] = ()
-
-    def text(self, value: str) -> None:
-        self.inline.append(value)
-
-    def flush_paragraph(self) -> None:
-        if not self.inline:
-            return
-        raw = "".join(self.inline)
-        self.inline.clear()
-        lines = [" ".join(line.split()) for line in raw.split("\n")]
-        body = "\n".join(line for line in lines if line)
-        if body:
-            self.block(body)
-
-    def block(self, body: str, *, verbatim: bool = False) -> None:
-        """Emit one block; `verbatim` keeps inner whitespace (fenced code)."""
-        lists = tuple(id(state) for state in self.lists)
-        opening_item = any(not c.started for c in self.containers)
-        continuing = "".join(c.rest_prefix for c in self.containers if c.started).rstrip()
-        if self.parts:
-            # Items of one list (and a sublist under its item's text) stay tight.
-            same_list = bool(lists) and lists[-1] in self.last_block_lists
-            sublist = len(lists) > 1 and lists[:-1] == self.last_block_lists
-            tight = opening_item and (same_list or sublist)
-            self._append("\n" if tight else f"\n{continuing}\n")
-        lines = body.split("\n")
-        out: list[str] = []
-        for index, line in enumerate(lines):
-            prefix = "".join(
-                c.first_prefix if (index == 0 and not c.started) else c.rest_prefix for c in self.containers
-            )
-            out.append((prefix + line) if (line or not verbatim) else prefix.rstrip())
-        for container in self.containers:
-            container.started = True
-        self.last_block_lists = lists
-        self._append("\n".join(out))
-
-    def _append(self, piece: str) -> None:
-        self.parts.append(piece)
-        self.length += len(piece)
-        if self.length >= self.max_chars:
-            raise _OutputFull
-
-    def markdown(self) -> str:
-        return "".join(self.parts)
 
 
 class _Exit:
@@ -218,7 +83,7 @@ SKIP_CHILDREN = _Exit(_nothing)
 class _Renderer:
     """Walks a subtree with an explicit stack and drives the writer."""
 
-    def __init__(self, writer: _MarkdownWriter, links: _LinkCollector, title: str = "") -> None:
+    def __init__(self, writer: MarkdownWriter, links: LinkCollector, title: str = "") -> None:
         self.writer = writer
         self.links = links
         # The page title already heads the output; a first heading repeating it is dropped.
@@ -273,6 +138,9 @@ class _Renderer:
         if tag == "code" or tag in ("kbd", "samp", "tt"):
             self._inline_code(node)
             return SKIP_CHILDREN
+        if tag == "math":
+            self._math(node)
+            return SKIP_CHILDREN
         if tag == "pre":
             writer.flush_paragraph()
             self._fenced_code(node)
@@ -291,7 +159,7 @@ class _Renderer:
             return self._open_item()
         if tag == "blockquote":
             writer.flush_paragraph()
-            writer.containers.append(_Container("> ", "> "))
+            writer.containers.append(Container("> ", "> "))
             return _Exit(self._close_container)
         if tag in BLOCK_TAGS:
             writer.flush_paragraph()
@@ -331,6 +199,24 @@ class _Renderer:
         pad = " " if code.startswith("`") or code.endswith("`") else ""
         self.writer.text(f"{fence}{pad}{code}{pad}{fence}")
 
+    def _math(self, node: LexborNode) -> None:
+        """MathML as its tokens in reading order: on a maths page the formulas are the text."""
+        # Annotations restate the formula in another notation (TeX, content MathML): one copy.
+        tokens = [
+            token
+            for leaf in node.css(MATH_TOKENS)
+            if not _inside_annotation(leaf, node)
+            for token in leaf.text(deep=True).split()
+        ]
+        if not tokens:
+            return
+        formula = " ".join(tokens)
+        if (node.attributes.get("display") or "").lower() == "block":
+            self.writer.flush_paragraph()
+            self.writer.block(formula)
+        else:
+            self.writer.text(f" {formula} ")
+
     def _fenced_code(self, node: LexborNode) -> None:
         code = node.text(deep=True).strip("\n")
         if not code.strip():
@@ -356,11 +242,11 @@ class _Renderer:
         self.writer.block("\n".join(lines))
 
     def _cell_text(self, cell: LexborNode) -> str:
-        cell_writer = _MarkdownWriter(self.writer.max_chars)
+        cell_writer = MarkdownWriter(self.writer.max_chars)
         try:
             _Renderer(cell_writer, self.links).render(cell)
             cell_writer.flush_paragraph()
-        except _OutputFull:
+        except OutputFull:
             pass
         text = " ".join(cell_writer.markdown().split())
         return text.replace("\\", "\\\\").replace("|", "\\|")
@@ -370,7 +256,7 @@ class _Renderer:
         writer.flush_paragraph()
         start = node.attributes.get("start") if ordered else None
         first = int(start) if start and start.strip().isdigit() else 1
-        writer.lists.append(_ListState(ordered=ordered, next_number=first))
+        writer.lists.append(ListState(ordered=ordered, next_number=first))
 
         def close() -> None:
             writer.flush_paragraph()
@@ -381,18 +267,27 @@ class _Renderer:
     def _open_item(self) -> _Exit:
         writer = self.writer
         writer.flush_paragraph()
-        state = writer.lists[-1] if writer.lists else _ListState(ordered=False, next_number=1)
+        state = writer.lists[-1] if writer.lists else ListState(ordered=False, next_number=1)
         if state.ordered:
             marker = f"{state.next_number}. "
             state.next_number += 1
         else:
             marker = "- "
-        writer.containers.append(_Container(marker, " " * len(marker)))
+        writer.containers.append(Container(marker, " " * len(marker)))
         return _Exit(self._close_container)
 
     def _close_container(self) -> None:
         self.writer.flush_paragraph()
         self.writer.containers.pop()
+
+
+def _inside_annotation(leaf: LexborNode, math: LexborNode) -> bool:
+    parent = leaf.parent
+    while parent is not None and parent.mem_id != math.mem_id:
+        if parent.tag in ("annotation", "annotation-xml"):
+            return True
+        parent = parent.parent
+    return False
 
 
 def _row_cells(row: LexborNode) -> list[LexborNode]:
@@ -496,8 +391,8 @@ def html_to_markdown(
 def _extract(html: str, base_url: str, max_chars: int, max_links: int) -> Extraction:
     tree, article = find_main_content(html)
     title = page_title(tree)
-    collector = _LinkCollector(effective_base_url(tree, base_url), max_links)
-    writer = _MarkdownWriter(max_chars)
+    collector = LinkCollector(effective_base_url(tree, base_url), max_links)
+    writer = MarkdownWriter(max_chars)
     truncated = False
     try:
         if title:
@@ -506,7 +401,7 @@ def _extract(html: str, base_url: str, max_chars: int, max_links: int) -> Extrac
         for node in article:
             renderer.render(node)
         writer.flush_paragraph()
-    except _OutputFull:
+    except OutputFull:
         truncated = True
     markdown = writer.markdown()
     if truncated:

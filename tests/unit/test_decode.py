@@ -137,3 +137,15 @@ def test_odd_bodies_decode_or_refuse_but_never_crash(body: bytes) -> None:
     except GatewayError as error:
         outcome = error.code
     assert outcome is ErrorCode.UNSUPPORTED_CONTENT or isinstance(outcome, DecodedBody)
+
+
+def test_valid_utf8_page_with_a_stale_legacy_meta_charset_decodes_as_utf8() -> None:
+    body = '<html><head><meta charset="gb2312"></head><body><p>腾讯新闻今日要闻</p></body></html>'.encode()
+    decoded = decode_body(body, "text/html")
+    assert "腾讯新闻今日要闻" in decoded.text
+
+
+def test_legacy_bytes_still_follow_their_meta_charset() -> None:
+    body = '<html><head><meta charset="gb2312"></head><body><p>腾讯新闻</p></body></html>'.encode("gb2312")
+    decoded = decode_body(body, "text/html")
+    assert "腾讯新闻" in decoded.text

@@ -280,3 +280,55 @@ def test_first_heading_repeating_the_title_is_not_written_twice() -> None:
     markdown = html_to_markdown(html, PAGE_URL).markdown
     assert markdown.count("Pinned sockets") == 1
     assert markdown.startswith("# Pinned sockets\n")
+
+
+def test_chinese_article_outscores_a_latin_box_of_longer_character_count() -> None:
+    # Twenty Han characters are a sentence; counted as raw characters they fell under the
+    # paragraph minimum and the article got no votes at all.
+    sentence = "研究人员表示、新电脑可以自学。"
+    notice = "<div class='box'>" + "".join(f"<p>{FILLER}</p>" for _ in range(2)) + "</div>"
+    story = "<div class='wrap'>" + "".join(f"<p>{sentence}{i}</p>" for i in range(8)) + "</div>"
+    markdown = body_of(page(f"{notice}{story}"))
+    assert sentence in markdown
+
+
+def test_widget_word_on_a_wrapper_holding_the_article_does_not_drop_it() -> None:
+    # The Independent wraps its body text in `gigya-share-btns-2_gig_containerParent`.
+    captions = "<ul class='legends'>" + "".join(f"<li><p>CAPTION {i}: {FILLER}</p></li>" for i in range(12)) + "</ul>"
+    wrapper = f"<div id='gigya-share-container' class='text-wrapper'>{''.join(f'<p>{FILLER}</p>' for _ in range(4))}"
+    markdown = body_of(page(f"<article>{wrapper}{captions}</div></article>"))
+    assert "council met" in markdown
+    assert "CAPTION" not in markdown
+
+
+def test_small_share_bar_is_still_removed() -> None:
+    markdown = body_of(article("<div id='share-buttons'><a href='/t'>SECRET tweet</a> <a href='/f'>post</a></div>"))
+    assert "SECRET" not in markdown
+
+
+@pytest.mark.parametrize(
+    ("math", "expected"),
+    [
+        pytest.param("<math><mi>a</mi><mo>≠</mo><mn>0</mn></math>", "a ≠ 0", id="inline-tokens-spaced"),
+        pytest.param(
+            "<math display='block'><msup><mi>x</mi><mn>2</mn></msup></math>", "\n\nx 2\n\n", id="block-own-paragraph"
+        ),
+        pytest.param(
+            "<math><semantics><mi>y</mi><annotation encoding='application/x-tex'>TEXY</annotation></semantics></math>",
+            "y",
+            id="annotation-not-repeated",
+        ),
+    ],
+)
+def test_mathml_formulas_are_written_as_their_tokens(math: str, expected: str) -> None:
+    markdown = body_of(article(f"<p>When {math} holds, the rest follows.</p>"))
+    assert expected in markdown
+    assert "TEXY" not in markdown
+
+
+def test_conditional_cleaning_drops_link_lists_but_keeps_prose_with_links() -> None:
+    links = "<div class='box'>" + "".join(f"<a href='/l{i}'>LINKLIST item {i}</a> " for i in range(10)) + "</div>"
+    prose = f"<div class='box'><p>{FILLER} See <a href='/budget'>the budget</a>.</p></div>"
+    markdown = body_of(article(f"{links}{prose}"))
+    assert "LINKLIST" not in markdown
+    assert "[the budget]" in markdown

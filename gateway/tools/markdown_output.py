@@ -1,0 +1,153 @@
+"""What HTML → markdown accumulates: the text written so far, under a cap, and the links kept.
+
+`MarkdownWriter` owns paragraph and block spacing, list and quote prefixes and the output cap;
+`LinkCollector` resolves link targets against the page's base URL and keeps the first few
+absolute http(s) links. Pure; never touches the network.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from urllib.parse import urljoin, urlsplit
+
+DEAD_SCHEMES = ("javascript:", "data:", "vbscript:", "about:")
+WHITESPACE = re.compile(r"[ \t\n\r\f\v]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    text: str
+    url: str
+
+
+class OutputFull(Exception):
+    """Raised inside the walk when max_chars is reached; never leaves this module."""
+
+
+@dataclass(slots=True)
+class Container:
+    """A list item or quote whose prefix starts each line of the blocks inside it."""
+
+    first_prefix: str
+    rest_prefix: str
+    started: bool = False
+
+
+@dataclass(slots=True)
+class ListState:
+    ordered: bool
+    next_number: int
+
+
+@dataclass(slots=True)
+class LinkCollector:
+    base_url: str
+    max_links: int
+    links: list[Link] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+    origin: str = ""  # scheme://host of base_url, for the root-relative fast path
+    document: str = ""  # base_url without its fragment, for the in-page fast path
+
+    def __post_init__(self) -> None:
+        try:
+            parts = urlsplit(self.base_url)
+        except ValueError:
+            return
+        if parts.scheme in ("http", "https") and parts.netloc:
+            self.origin = f"{parts.scheme}://{parts.netloc}"
+            self.document = self.base_url.partition("#")[0]
+
+    def resolve(self, href: str | None) -> str | None:
+        """Absolute URL for an href, or None when the link should keep only its words."""
+        if href is None:
+            return None
+        # WHATWG URL parsing strips tabs and newlines inside an href.
+        cleaned = href.strip()
+        if "\t" in cleaned or "\n" in cleaned or "\r" in cleaned:
+            cleaned = re.sub(r"[\t\n\r]", "", cleaned)
+        lowered = cleaned[:12].lower()
+        if not cleaned or lowered.startswith(DEAD_SCHEMES):
+            return None
+        # urljoin is slow: absolute, root-relative and in-page links (most links on most
+        # pages) are resolved directly when nothing in them needs normalising.
+        if "/." not in cleaned and "\\" not in cleaned:
+            if lowered.startswith(("http://", "https://")):
+                return cleaned
+            if self.origin and cleaned[0] == "/" and cleaned[1:2] != "/":
+                return self.origin + cleaned
+            if self.document and cleaned[0] == "#":
+                return self.document + cleaned
+        try:
+            absolute = urljoin(self.base_url, cleaned)
+            urlsplit(absolute)
+        except ValueError:
+            return None
+        return absolute
+
+    def record(self, text: str, url: str) -> None:
+        if len(self.links) >= self.max_links or url in self.seen:
+            return
+        if not url[:8].lower().startswith(("http://", "https://")):
+            return
+        self.seen.add(url)
+        self.links.append(Link(text=text, url=url))
+
+
+class MarkdownWriter:
+    """Accumulates inline text and emits blocks with their list and quote prefixes."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self.parts: list[str] = []
+        self.length = 0
+        self.inline: list[str] = []
+        self.containers: list[Container] = []
+        self.lists: list[ListState] = []
+        # The lists open when the previous block was written: a new item continues them.
+        self.last_block_lists: tuple[int, ...] = ()
+
+    def text(self, value: str) -> None:
+        self.inline.append(value)
+
+    def flush_paragraph(self) -> None:
+        if not self.inline:
+            return
+        raw = "".join(self.inline)
+        self.inline.clear()
+        lines = [" ".join(line.split()) for line in raw.split("\n")]
+        body = "\n".join(line for line in lines if line)
+        if body:
+            self.block(body)
+
+    def block(self, body: str, *, verbatim: bool = False) -> None:
+        """Emit one block; `verbatim` keeps inner whitespace (fenced code)."""
+        lists = tuple(id(state) for state in self.lists)
+        opening_item = any(not c.started for c in self.containers)
+        continuing = "".join(c.rest_prefix for c in self.containers if c.started).rstrip()
+        if self.parts:
+            # Items of one list (and a sublist under its item's text) stay tight.
+            same_list = bool(lists) and lists[-1] in self.last_block_lists
+            sublist = len(lists) > 1 and lists[:-1] == self.last_block_lists
+            tight = opening_item and (same_list or sublist)
+            self._append("\n" if tight else f"\n{continuing}\n")
+        lines = body.split("\n")
+        out: list[str] = []
+        for index, line in enumerate(lines):
+            prefix = "".join(
+                c.first_prefix if (index == 0 and not c.started) else c.rest_prefix for c in self.containers
+            )
+            out.append((prefix + line) if (line or not verbatim) else prefix.rstrip())
+        for container in self.containers:
+            container.started = True
+        self.last_block_lists = lists
+        self._append("\n".join(out))
+
+    def _append(self, piece: str) -> None:
+        self.parts.append(piece)
+        self.length += len(piece)
+        if self.length >= self.max_chars:
+            raise OutputFull
+
+    def markdown(self) -> str:
+        return "".join(self.parts)
