@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 
@@ -150,6 +151,10 @@ class Gateway:
         loop.add_signal_handler(signal.SIGTERM, self.request_stop)
         loop.add_signal_handler(signal.SIGINT, self.request_stop)
         loop.add_signal_handler(signal.SIGHUP, self.policy.reload)
+        # Start-up objects live for the whole run: keep them out of every later full collection,
+        # which otherwise pauses the loop for 15-25 ms while proxy tunnels wait.
+        gc.collect()
+        gc.freeze()
         await self._stopped.wait()
         grace_s = self.policy.current.policy.proxy.drain_grace_s
         log.info("draining for up to %.1f s", grace_s)
