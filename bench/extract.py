@@ -159,6 +159,7 @@ def main() -> int:
     parser.add_argument("--only", help="score one page by folder name")
     parser.add_argument("--extractors", default=",".join(EXTRACTORS), help="comma list")
     parser.add_argument("--worst", type=int, default=10, help="list our N lowest-F1 pages")
+    parser.add_argument("--slowest", type=int, default=5, help="list our N slowest pages")
     parser.add_argument("--repeat", type=int, default=3, help="runs per page; the fastest counts")
     args = parser.parse_args()
 
@@ -192,6 +193,9 @@ def main() -> int:
         print(f"\nour {args.worst} lowest-F1 pages:")
         for r in sorted(ours_results, key=lambda r: r.f1)[: args.worst]:
             print(f"  {r.name:40} P={r.precision:.2f} R={r.recall:.2f} F1={r.f1:.2f} {r.ms:.1f}ms")
+        print(f"\nour {args.slowest} slowest pages:")
+        for r in sorted(ours_results, key=lambda r: r.ms, reverse=True)[: args.slowest]:
+            print(f"  {r.name:40} {r.ms:.1f}ms F1={r.f1:.2f}")
     return 0
 
 

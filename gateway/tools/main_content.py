@@ -4,9 +4,9 @@ Owns the page-chrome rules (what is hidden, what is boilerplate) and the scoring
 element holding the body text: paragraphs vote for their ancestors, votes are discounted by link
 density and by class/id words, and the best candidate is taken with the siblings that belong to
 it (the approach of Mozilla's Readability, reimplemented over selectolax). The word lists live
-in `main_content_words`, the cleaning of the chosen content in `main_content_cleaning`. It only
-prunes parsed trees (parsing the page once per pass): it never renders markdown or touches the
-network.
+in `main_content_words`, the cleaning of the chosen content in `main_content_cleaning`, text
+and link lengths in `main_content_measure`. It only prunes parsed trees (parsing the page once
+per pass): it never renders markdown or touches the network.
 Every loop is iterative or bounded, so a 10,000-deep page cannot exhaust the Python stack.
 """
 
@@ -17,7 +17,9 @@ import enum
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from gateway.tools.main_content_cleaning import clean_article
+from gateway.tools.main_content_measure import TextStats, surely_holds, text_length
 from gateway.tools.main_content_words import (
+    ANY_VERDICT_WORD,
     CHROME_ROLES,
     CHROME_TAGS,
     HIDDEN_STYLE,
@@ -28,16 +30,18 @@ from gateway.tools.main_content_words import (
     SMALL_WIDGET,
     SMALL_WIDGET_CHARS,
     UNLIKELY,
+    ClassWeights,
     Strictness,
-    class_weight,
     comma_count,
     mentions,
     reading_length,
 )
 
 SCORED_SELECTOR = "p, pre, td, section, h2, h3, h4, h5, h6"
+JUNK_AND_CHROME_SELECTOR = ", ".join([*JUNK_TAGS, *CHROME_TAGS])
 # Divs with none of these below them hold only inline content and read as paragraphs.
-BLOCK_TAGS_UNDER_DIV = frozenset({"blockquote", "dl", "div", "img", "ol", "p", "pre", "table", "ul"})
+BLOCK_TAGS_UNDER_DIV = ("blockquote", "dl", "div", "img", "ol", "p", "pre", "table", "ul")
+BLOCK_SELECTOR_UNDER_DIV = ", ".join(BLOCK_TAGS_UNDER_DIV)
 TAG_BASE_SCORE = {
     "div": 5, "pre": 3, "td": 3, "blockquote": 3,
     "address": -3, "ol": -3, "ul": -3, "dl": -3, "dd": -3, "dt": -3, "li": -3, "form": -3,
@@ -52,56 +56,22 @@ SMALL_FORM_CHARS = 250
 MIN_ARTICLE_CHARS = 500
 
 
-def text_length(node: LexborNode) -> int:
-    """Characters of visible text, each text node trimmed and joined by one space (in C)."""
-    return len(node.text(deep=True, separator=" ", strip=True))
-
-
-class TextStats:
-    """Text and link lengths per element, cached for one pass over one tree.
-
-    Scoring and cleaning ask about the same big wrappers many times; each anchor's length is
-    measured once, so a candidate's link density costs one selector call, not a text walk
-    per link.
-    """
-
-    def __init__(self, body: LexborNode) -> None:
-        self.anchor_chars = {anchor.mem_id: len(anchor.text(deep=True, strip=True)) for anchor in body.css("a")}
-        self.text_chars: dict[int, int] = {}
-
-    def length(self, node: LexborNode) -> int:
-        key = node.mem_id
-        cached = self.text_chars.get(key)
-        if cached is None:
-            cached = self.text_chars[key] = text_length(node)
-        return cached
-
-    def link_density(self, node: LexborNode) -> float:
-        """Share of the text that sits inside links: high for menus and related-link lists."""
-        total = self.length(node)
-        if total == 0:
-            return 0.0
-        anchors = self.anchor_chars
-        linked = sum(anchors.get(anchor.mem_id, 0) for anchor in node.css("a"))
-        return min(1.0, linked / total)
-
-
 def remove_hidden_and_junk(tree: LexborHTMLParser) -> None:
     """Drop what a reader never sees: junk tags, hidden elements, chrome landmarks.
 
     Every removal loop runs innermost first: `decompose` frees the subtree, so a nested match
     must go before its ancestor does.
     """
-    for node in reversed(tree.css(", ".join(JUNK_TAGS))):
+    # Junk and chrome tags go whatever their contents, so one selector walk finds both.
+    for node in reversed(tree.css(JUNK_AND_CHROME_SELECTOR)):
         node.decompose()
     hidden = '[hidden], [aria-hidden="true" i], [style*="none" i], [style*="hidden" i]'
     for node in reversed(tree.css(hidden)):
         attrs = node.attributes
         style = attrs.get("style") or ""
-        if "hidden" in attrs or attrs.get("aria-hidden") is not None or HIDDEN_STYLE.search(style):
+        aria_hidden = (attrs.get("aria-hidden") or "").strip().lower() == "true"
+        if "hidden" in attrs or aria_hidden or HIDDEN_STYLE.search(style):
             node.decompose()
-    for node in reversed(tree.css(", ".join(CHROME_TAGS))):
-        node.decompose()
     # One cheap selector, then the role test in Python: an 11-way attribute selector is slower.
     for node in reversed(tree.css("[role]")):
         if (node.attributes.get("role") or "").strip().lower() in CHROME_ROLES:
@@ -119,12 +89,14 @@ def remove_unlikely_candidates(body: LexborNode) -> None:
     # Elements known to hold a lot of text, and so all of their ancestors: a widget word on a
     # big wrapper is kept without measuring it, which keeps nested wrappers linear.
     known_big: set[int] = set()
+    keep = Verdict.KEEP  # looked up once: this loop runs for every element with a class or id
     for node in reversed(body.css("[class], [id]")):
-        key = (node.attrs.get("class"), node.id)
+        attributes = node.attributes
+        key = (attributes.get("class"), attributes.get("id"))
         verdict = verdicts.get(key)
         if verdict is None:
             verdict = verdicts[key] = _class_verdict(f"{key[0] or ''} {key[1] or ''}".lower())
-        if verdict is Verdict.KEEP or node.tag in ("body", "html", "a", "article", "main"):
+        if verdict is keep or node.tag in ("body", "html", "a", "article", "main"):
             continue
         if _inside_table(node):
             continue
@@ -142,6 +114,8 @@ class Verdict(enum.Enum):
 
 
 def _class_verdict(words: str) -> Verdict:
+    if ANY_VERDICT_WORD.search(words) is None:
+        return Verdict.KEEP
     if mentions(words, MAYBE_CONTENT):
         return Verdict.KEEP
     if mentions(words, UNLIKELY):
@@ -177,20 +151,21 @@ def _inside_table(node: LexborNode) -> bool:
 def _inline_only_divs(body: LexborNode) -> list[LexborNode]:
     """Divs without a block element below them, in document order.
 
-    One bottom-up pass (reversed pre-order visits every node after its descendants). A `:has()`
-    selector does the same in C but costs depth times size: 4 s on a page nested 10,000 deep.
+    Every block element marks its ancestors, stopping at the first one already marked, so each
+    element is marked once: linear, and it touches only blocks and their ancestors, not the
+    inline elements that are most of a page. A `:has()` selector does the same in C but costs
+    depth times size: 4 s on a page nested 10,000 deep.
     """
-    holds_block: dict[int, bool] = {}
-    found: list[LexborNode] = []
-    for node in reversed(list(body.traverse(include_text=False))):
-        below = holds_block.pop(node.mem_id, False)
-        if node.tag == "div" and not below:
-            found.append(node)
-        parent = node.parent
-        if parent is not None and (below or node.tag in BLOCK_TAGS_UNDER_DIV):
-            holds_block[parent.mem_id] = True
-    found.reverse()
-    return found
+    holds_block: set[int] = set()
+    for block in body.css(BLOCK_SELECTOR_UNDER_DIV):
+        parent = block.parent
+        while parent is not None:
+            key = parent.mem_id
+            if key in holds_block:
+                break
+            holds_block.add(key)
+            parent = parent.parent
+    return [div for div in body.css("div") if div.mem_id not in holds_block]
 
 
 def _scored_elements(body: LexborNode) -> list[LexborNode]:
@@ -206,13 +181,14 @@ class CandidateScores:
         self.stats = stats
         self.score: dict[int, float] = {}
         self.node: dict[int, LexborNode] = {}
+        self.weights = ClassWeights()
 
     def add_vote(self, node: LexborNode, vote: float) -> None:
         key = node.mem_id
         if key not in self.score:
             base = TAG_BASE_SCORE.get(node.tag or "", 0)
             if self.strictness.weigh_classes:
-                base += class_weight(node)
+                base += self.weights.of(node)
             self.score[key] = float(base)
             self.node[key] = node
         self.score[key] += vote
@@ -222,7 +198,7 @@ class CandidateScores:
 
 
 def score_candidates(body: LexborNode, strictness: Strictness) -> CandidateScores:
-    scores = CandidateScores(strictness, TextStats(body))
+    scores = CandidateScores(strictness, TextStats())
     for element in _scored_elements(body):
         text = " ".join(element.text(deep=True).split())
         # Measured in Latin-equivalent characters: twenty Chinese characters are a sentence.
@@ -245,7 +221,9 @@ def pick_top_candidate(body: LexborNode, scores: CandidateScores) -> tuple[Lexbo
     ranked = sorted(scores.score.items(), key=lambda item: item[1], reverse=True)
     adjusted: list[tuple[float, LexborNode]] = []
     # Link density costs a subtree walk, so only the strongest raw candidates pay for it.
-    for key, raw in ranked[: TOP_CANDIDATES * 2]:
+    strongest = ranked[: TOP_CANDIDATES * 2]
+    scores.stats.measure([scores.node[key] for key, _raw in strongest])
+    for key, raw in strongest:
         node = scores.node[key]
         final = raw * (1 - scores.stats.link_density(node))
         scores.score[key] = final
@@ -366,6 +344,8 @@ def find_main_content(html: str) -> tuple[LexborHTMLParser, list[LexborNode]]:
         top, top_score = pick_top_candidate(body, scores)
         article = gather_article(top, top_score, scores)
         clean_article(article, strictness)
+        if surely_holds(article, MIN_ARTICLE_CHARS):
+            return tree, article
         found = sum(text_length(node) for node in article)
         if found >= MIN_ARTICLE_CHARS:
             return tree, article

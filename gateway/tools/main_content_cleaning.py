@@ -9,14 +9,16 @@ a page nested 10,000 deep). It only prunes the subtrees it is given; it never sc
 
 from __future__ import annotations
 
+from operator import add
+
 from selectolax.lexbor import LexborNode
 
 from gateway.tools.main_content_words import (
     SHARE_BAR,
     SHARE_BAR_CANDIDATES,
+    ClassWeights,
     Strictness,
     class_and_id,
-    class_weight,
     comma_count,
     reading_length,
 )
@@ -39,16 +41,18 @@ TALLY_SIZE = 9
 
 def clean_article(nodes: list[LexborNode], strictness: Strictness) -> None:
     """Drop share bars, link lists and other chrome left inside the chosen content."""
+    weights = ClassWeights()
     for root in nodes:
-        _clean_subtree(root, strictness)
+        _clean_subtree(root, strictness, weights)
 
 
-def _clean_subtree(root: LexborNode, strictness: Strictness) -> None:
+def _clean_subtree(root: LexborNode, strictness: Strictness, weights: ClassWeights) -> None:
     # One C selector finds the few share-bar suspects; the walk below only looks them up.
     share_suspects = {node.mem_id for node in root.css(SHARE_BAR_CANDIDATES)}
     root_id = root.mem_id
     conditional = strictness.clean_conditionally
     counted_tags = COUNTED_TAGS
+    judged_tags = JUDGED_TAGS
     pending: dict[int, list[int]] = {}
     # Reversed document order visits every element after all of its descendants, so a removal
     # never touches a node that is still to be judged, and a parent's sums are complete.
@@ -56,21 +60,56 @@ def _clean_subtree(root: LexborNode, strictness: Strictness) -> None:
         key = node.mem_id
         tally = pending.pop(key, None)
         own = node.text(deep=False)
+        chars = commas = -1
         if own and not own.isspace():
-            text = " ".join(own.split())
-            if tally is None:
-                tally = [0] * TALLY_SIZE
-            tally[CHARS] += reading_length(text)
-            tally[RUNS] += 1
-            tally[COMMAS] += comma_count(text)
+            if own.isascii():
+                # The common case, measured inline: commas are not whitespace, so the raw text
+                # has as many as the collapsed one.
+                chars = len(" ".join(own.split()))
+                commas = own.count(",")
+            else:
+                text = " ".join(own.split())
+                chars = reading_length(text)
+                commas = comma_count(text)
         tag = node.tag or ""
         if key == root_id:
             continue
-        small = tally is None or tally[CHARS] + tally[RUNS] < SHARE_BAR_MAX_CHARS
-        if small and key in share_suspects and SHARE_BAR.search(class_and_id(node)):
+        if tally is None and tag not in judged_tags and key not in share_suspects:
+            # A leaf that is never judged (most elements: links, spans, citations): its own
+            # measures go straight into its parent's sums, without a tally of its own.
+            counted_slot = counted_tags.get(tag)
+            if chars < 0 and counted_slot is None:
+                continue
+            parent = node.parent
+            if parent is None:
+                continue
+            parent_key = parent.mem_id
+            into = pending.get(parent_key)
+            if into is None:
+                into = pending[parent_key] = [0] * TALLY_SIZE
+            if chars >= 0:
+                into[CHARS] += chars
+                into[RUNS] += 1
+                into[COMMAS] += commas
+                if tag == "a":
+                    into[LINK_CHARS] += chars
+            if counted_slot is not None:
+                into[counted_slot] += 1
+            continue
+        if chars >= 0:
+            if tally is None:
+                tally = [0] * TALLY_SIZE
+            tally[CHARS] += chars
+            tally[RUNS] += 1
+            tally[COMMAS] += commas
+        if (
+            key in share_suspects
+            and (tally is None or tally[CHARS] + tally[RUNS] < SHARE_BAR_MAX_CHARS)
+            and SHARE_BAR.search(class_and_id(node))
+        ):
             node.decompose()
             continue
-        if conditional and tag in JUDGED_TAGS and _is_fishy(node, tag, tally, strictness):
+        if conditional and tag in judged_tags and _is_fishy(node, tag, tally, strictness, weights):
             node.decompose()
             continue
         counted_slot = counted_tags.get(tag)
@@ -82,18 +121,13 @@ def _clean_subtree(root: LexborNode, strictness: Strictness) -> None:
         # Pass the element's sums, and the element itself, up to its parent.
         parent_key = parent.mem_id
         into = pending.get(parent_key)
-        if into is None:
-            if tally is not None and tag != "a":
-                into = pending[parent_key] = tally
-                tally = None
-            else:
-                into = pending[parent_key] = [0] * TALLY_SIZE
         if tally is not None:
-            for slot in range(TALLY_SIZE):
-                into[slot] += tally[slot]
             if tag == "a":
                 # Everything inside a link is link text, whatever it is wrapped in.
-                into[LINK_CHARS] += tally[CHARS] - tally[LINK_CHARS]
+                tally[LINK_CHARS] = tally[CHARS]
+            into = pending[parent_key] = tally if into is None else list(map(add, into, tally))
+        elif into is None:
+            into = pending[parent_key] = [0] * TALLY_SIZE
         if counted_slot is not None:
             into[counted_slot] += 1
 
@@ -104,9 +138,11 @@ COUNTED_TAGS: dict[str, int] = {"p": PARAGRAPHS, "img": IMAGES, "li": ITEMS, "fi
 _EMPTY = (0,) * TALLY_SIZE
 
 
-def _is_fishy(node: LexborNode, tag: str, tally: list[int] | None, strictness: Strictness) -> bool:
+def _is_fishy(
+    node: LexborNode, tag: str, tally: list[int] | None, strictness: Strictness, weights: ClassWeights
+) -> bool:
     """Readability's conditional cleaning: lists and boxes that are mostly links or media."""
-    weight = class_weight(node) if strictness.weigh_classes else 0
+    weight = weights.of(node) if strictness.weigh_classes else 0
     if weight < 0:
         return True
     sums = tally if tally is not None else _EMPTY

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import urljoin
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
@@ -42,6 +43,9 @@ PLAIN_INLINE_TAGS = frozenset(
         "wbr", "big", "nobr",
     }
 )  # fmt: skip
+# Block elements with no rule of their own: a paragraph break before and after. The render
+# loop handles them without a call to `enter`, as it does links and plain inline elements.
+PLAIN_BLOCK_TAGS = BLOCK_TAGS - {"blockquote", "dir", "li", "menu", "ol", "pre", "table", "ul"}
 HEADING_LEVEL = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 SKIPPED_TAGS = frozenset(
     {
@@ -63,21 +67,16 @@ class Extraction:
     source_truncated: bool
 
 
-class _Exit:
-    """Work to do when an element closes (the explicit stack's return address)."""
-
-    __slots__ = ("run",)
-
-    def __init__(self, run: Callable[[], None]) -> None:
-        self.run = run
+# Work to do when an element closes: the explicit stack's return address.
+ExitAction = Callable[[], None]
 
 
-def _nothing() -> None:
+def _skip_children() -> None:
     return None
 
 
 # Returned by `enter` for elements whose children must not be walked.
-SKIP_CHILDREN = _Exit(_nothing)
+SKIP_CHILDREN: ExitAction = _skip_children
 
 
 class _Renderer:
@@ -90,43 +89,58 @@ class _Renderer:
         self.pending_title = title
 
     def render(self, root: LexborNode) -> None:
-        # Stack items: a node to enter, or a callable to run when its element closes.
-        stack: list[LexborNode | _Exit] = [root]
+        # Stack items: a node to enter, or a callable to run when its element closes. Text
+        # nodes, links and plain inline and block elements (most of any page) are handled in
+        # this loop, without a call to `enter`: this loop runs once per node of the article.
+        stack: list[LexborNode | ExitAction] = [root]
+        pop = stack.pop
+        push = stack.append
+        inline = self.writer.inline
+        plain_inline = PLAIN_INLINE_TAGS
+        plain_block = PLAIN_BLOCK_TAGS
+        flush = self.writer.flush_paragraph
+        close_link = self._close_link
+        enter = self.enter
         while stack:
-            item = stack.pop()
-            if isinstance(item, _Exit):
-                item.run()
+            item = pop()
+            if not isinstance(item, LexborNode):
+                item()
                 continue
-            exit_action = self.enter(item)
-            if exit_action is SKIP_CHILDREN:
+            tag = item.tag
+            if tag == "-text":
+                # Whitespace runs are collapsed when the paragraph is flushed; only newlines
+                # matter here, since "\n" in the inline buffer stands for <br>.
+                text = item.text_content
+                if text:
+                    inline.append(text.replace("\n", " ") if "\n" in text else text)
                 continue
-            if exit_action is not None:
-                stack.append(exit_action)
+            if tag == "a":
+                # An anchor without a target is only its words. A partial, not a lambda: one
+                # call fewer per link, and pages have thousands.
+                href = item.attrs.get("href")
+                if href is not None:
+                    push(partial(close_link, len(inline), href))
+            elif tag in plain_block:
+                flush()
+                push(flush)
+            elif tag not in plain_inline:
+                exit_action = enter(item, tag)
+                if exit_action is SKIP_CHILDREN:
+                    continue
+                if exit_action is not None:
+                    push(exit_action)
             child = item.last_child
             while child is not None:
-                stack.append(child)
+                push(child)
                 child = child.prev
 
-    def enter(self, node: LexborNode) -> _Exit | None:
-        tag = node.tag
+    def enter(self, node: LexborNode, tag: str | None) -> ExitAction | None:
         writer = self.writer
-        if tag == "-text":
-            # Whitespace runs are collapsed when the paragraph is flushed; only newlines
-            # matter here, since "\n" in the inline buffer stands for <br>.
-            text = node.text_content or ""
-            writer.inline.append(text.replace("\n", " ") if "\n" in text else text)
-            return None
-        if tag in PLAIN_INLINE_TAGS:
-            return None
         if tag is None or tag.startswith("-") or tag in SKIPPED_TAGS:
             return SKIP_CHILDREN
         if tag in HEADING_LEVEL:
             writer.flush_paragraph()
-            return _Exit(lambda: self._close_heading(HEADING_LEVEL[tag]))
-        if tag == "a":
-            start = len(writer.inline)
-            href = node.attributes.get("href")
-            return _Exit(lambda: self._close_link(start, href))
+            return partial(self._close_heading, HEADING_LEVEL[tag])
         if tag == "br":
             writer.text("\n")
             return SKIP_CHILDREN
@@ -160,10 +174,10 @@ class _Renderer:
         if tag == "blockquote":
             writer.flush_paragraph()
             writer.containers.append(Container("> ", "> "))
-            return _Exit(self._close_container)
+            return self._close_container
         if tag in BLOCK_TAGS:
             writer.flush_paragraph()
-            return _Exit(writer.flush_paragraph)
+            return writer.flush_paragraph
         return None
 
     def _close_heading(self, level: int) -> None:
@@ -177,19 +191,23 @@ class _Renderer:
             self.pending_title = ""
             writer.block(f"{'#' * level} {text}")
 
-    def _close_link(self, start: int, href: str | None) -> None:
+    def _close_link(self, start: int, href: str) -> None:
         inline = self.writer.inline
         words = "".join(inline[start:])
         text = " ".join(words.split())
+        if not text:
+            return
         url = self.links.resolve(href)
-        if not text or url is None:
+        if url is None:
             return
         del inline[start:]
         lead = " " if words[:1].isspace() else ""
         trail = " " if words[-1:].isspace() else ""
-        label = text.replace("[", "\\[").replace("]", "\\]")
+        label = text.replace("[", "\\[").replace("]", "\\]") if "[" in text or "]" in text else text
         inline.append(f"{lead}[{label}]({_escape_url(url)}){trail}")
-        self.links.record(text, url)
+        links = self.links
+        if len(links.links) < links.max_links:
+            links.record(text, url)
 
     def _inline_code(self, node: LexborNode) -> None:
         code = " ".join(node.text(deep=True).split())
@@ -227,11 +245,8 @@ class _Renderer:
         self.writer.block(f"{fence}{language}\n{code}\n{fence}", verbatim=True)
 
     def _table(self, table: LexborNode) -> None:
-        rows = [
-            [self._cell_text(cell) for cell in _row_cells(row)]
-            for row in table.css("tr")
-            if _closest_table(row) == table.mem_id
-        ]
+        # Only called for a data table, which holds no other table: every row is its own.
+        rows = [[self._cell_text(cell) for cell in _row_cells(row)] for row in table.css("tr")]
         rows = [row for row in rows if any(row)]
         if not rows:
             return
@@ -251,7 +266,7 @@ class _Renderer:
         text = " ".join(cell_writer.markdown().split())
         return text.replace("\\", "\\\\").replace("|", "\\|")
 
-    def _open_list(self, node: LexborNode, *, ordered: bool) -> _Exit:
+    def _open_list(self, node: LexborNode, *, ordered: bool) -> ExitAction:
         writer = self.writer
         writer.flush_paragraph()
         start = node.attributes.get("start") if ordered else None
@@ -262,9 +277,9 @@ class _Renderer:
             writer.flush_paragraph()
             writer.lists.pop()
 
-        return _Exit(close)
+        return close
 
-    def _open_item(self) -> _Exit:
+    def _open_item(self) -> ExitAction:
         writer = self.writer
         writer.flush_paragraph()
         state = writer.lists[-1] if writer.lists else ListState(ordered=False, next_number=1)
@@ -274,7 +289,7 @@ class _Renderer:
         else:
             marker = "- "
         writer.containers.append(Container(marker, " " * len(marker)))
-        return _Exit(self._close_container)
+        return self._close_container
 
     def _close_container(self) -> None:
         self.writer.flush_paragraph()
@@ -315,6 +330,8 @@ def _table_row(cells: list[str]) -> str:
 
 def _escape_url(url: str) -> str:
     """Keep a URL from ending the markdown link early."""
+    if " " not in url and "(" not in url and ")" not in url:
+        return url
     return url.replace(" ", "%20").replace("(", "%28").replace(")", "%29")
 
 
@@ -326,7 +343,8 @@ def is_layout_table(table: LexborNode) -> bool:
     # inside another is the inner half of a layout grid.
     if len(table.css("table")) > 1 or _closest_table(table) is not None:
         return True
-    rows = [row for row in table.css("tr") if _closest_table(row) == table.mem_id]
+    # No table inside, so every row is this table's own (no walk up from each row).
+    rows = table.css("tr")
     if not rows:
         return True
     widest = max(len(_row_cells(row)) for row in rows)

@@ -13,6 +13,9 @@ from urllib.parse import urljoin, urlsplit
 
 DEAD_SCHEMES = ("javascript:", "data:", "vbscript:", "about:")
 WHITESPACE = re.compile(r"[ \t\n\r\f\v]+")
+# What the fast path of `LinkCollector.resolve` leaves to urljoin: tabs and newlines to strip,
+# backslashes and dot segments to normalise.
+NEEDS_NORMALISING = re.compile(r"[\t\n\r\\]|/\.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +37,8 @@ class Container:
     started: bool = False
 
 
-@dataclass(slots=True)
+# Compared by identity: two adjacent lists with equal fields are still two lists.
+@dataclass(slots=True, eq=False)
 class ListState:
     ordered: bool
     next_number: int
@@ -62,8 +66,24 @@ class LinkCollector:
         """Absolute URL for an href, or None when the link should keep only its words."""
         if href is None:
             return None
-        # WHATWG URL parsing strips tabs and newlines inside an href.
         cleaned = href.strip()
+        # The links of most pages, in one scan each: root-relative, in-page and absolute web
+        # links with nothing to normalise. A link starting with / or # names no scheme, so it
+        # cannot be a dead one. Anything else takes the general path.
+        if cleaned and NEEDS_NORMALISING.search(cleaned) is None:
+            first = cleaned[0]
+            if first == "/":
+                if self.origin and cleaned[1:2] != "/":
+                    return self.origin + cleaned
+            elif first == "#":
+                if self.document:
+                    return self.document + cleaned
+            elif cleaned[:8].lower().startswith(("http://", "https://")):
+                return cleaned
+        return self._resolve_any(cleaned)
+
+    def _resolve_any(self, cleaned: str) -> str | None:
+        # WHATWG URL parsing strips tabs and newlines inside an href.
         if "\t" in cleaned or "\n" in cleaned or "\r" in cleaned:
             cleaned = re.sub(r"[\t\n\r]", "", cleaned)
         lowered = cleaned[:12].lower()
@@ -104,8 +124,10 @@ class MarkdownWriter:
         self.inline: list[str] = []
         self.containers: list[Container] = []
         self.lists: list[ListState] = []
-        # The lists open when the previous block was written: a new item continues them.
-        self.last_block_lists: tuple[int, ...] = ()
+        # The lists open when the previous block was written: a new item continues them. The
+        # states themselves, not their id()s: a closed list's id is reused by the next list's
+        # state, which made two separate <ul>s render as one tight list, by allocator chance.
+        self.last_block_lists: tuple[ListState, ...] = ()
 
     def text(self, value: str) -> None:
         self.inline.append(value)
@@ -115,14 +137,25 @@ class MarkdownWriter:
             return
         raw = "".join(self.inline)
         self.inline.clear()
-        lines = [" ".join(line.split()) for line in raw.split("\n")]
-        body = "\n".join(line for line in lines if line)
+        if "\n" in raw:
+            # A <br> inside: each line is collapsed on its own and blank lines are dropped.
+            lines = [" ".join(line.split()) for line in raw.split("\n")]
+            body = "\n".join(line for line in lines if line)
+        else:
+            body = " ".join(raw.split())
         if body:
             self.block(body)
 
     def block(self, body: str, *, verbatim: bool = False) -> None:
         """Emit one block; `verbatim` keeps inner whitespace (fenced code)."""
-        lists = tuple(id(state) for state in self.lists)
+        lists = tuple(self.lists)
+        if not self.containers:
+            # Outside list items and quotes (most blocks): no prefixes, one blank line before.
+            if self.parts:
+                self._append("\n\n")
+            self.last_block_lists = lists
+            self._append(body)
+            return
         opening_item = any(not c.started for c in self.containers)
         continuing = "".join(c.rest_prefix for c in self.containers if c.started).rstrip()
         if self.parts:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from selectolax.lexbor import LexborHTMLParser
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.tools.main_content_measure import TextStats, surely_holds, text_length
 from gateway.tools.markdown import Extraction, Link, html_to_markdown
 
 PAGE_URL = "https://news.example.org/world/story.html"
@@ -96,6 +98,12 @@ def test_title_comes_first_as_level_one_heading() -> None:
         ),
         pytest.param("a.html", '<base href="/v2/">', "https://news.example.org/v2/a.html", id="base-href-relative"),
         pytest.param("https://other.example/x", "", "https://other.example/x", id="absolute-kept"),
+        pytest.param("HTTP://Other.example/x", "", "HTTP://Other.example/x", id="absolute-upper-case-scheme"),
+        pytest.param("/a/./b/../c", "", "https://news.example.org/a/c", id="root-relative-dot-segments"),
+        pytest.param("/a&#9;b", "", "https://news.example.org/ab", id="root-relative-with-tab"),
+        pytest.param("  /padded  ", "", "https://news.example.org/padded", id="root-relative-padded"),
+        pytest.param("#top", '<base href="https://mirror.example.com/d/p.html#x">',
+                     "https://mirror.example.com/d/p.html#top", id="fragment-against-base"),
     ],
 )  # fmt: skip
 def test_links_resolve_against_base(href: str, head: str, expected: str) -> None:
@@ -243,6 +251,10 @@ def test_bad_limits_are_invalid_input() -> None:
     "html",
     [
         pytest.param("<div>" * 10_000 + "deep text" + "</div>" * 10_000, id="10000-deep-divs"),
+        pytest.param(
+            "<div>" * 10_000 + f"<p>{FILLER} <a href='/x'>more</a></p>" * 3 + "</div>" * 10_000,
+            id="10000-deep-article-with-links",
+        ),
         pytest.param("<ul><li>" * 5_000 + "deep item" + "</li></ul>" * 5_000, id="5000-deep-lists"),
         pytest.param("<blockquote>" * 3_000 + "deep quote" + "</blockquote>" * 3_000, id="3000-deep-quotes"),
         pytest.param(
@@ -332,3 +344,59 @@ def test_conditional_cleaning_drops_link_lists_but_keeps_prose_with_links() -> N
     markdown = body_of(article(f"{links}{prose}"))
     assert "LINKLIST" not in markdown
     assert "[the budget]" in markdown
+
+
+def test_adjacent_lists_stay_separate_lists() -> None:
+    # Lists were told apart by id() of their state, which the next list could reuse.
+    markdown = body_of(article("<ul><li>a</li></ul><ul><li>b</li></ul><ol><li>c</li></ol><ol><li>d</li></ol>"))
+    assert "- a\n\n- b\n\n1. c\n\n1. d" in markdown
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        pytest.param(
+            "<div><p>one, <a href=x> two </a></p><div><p>three <a href=y>four</a></p></div>five</div>",
+            id="nested-candidates",
+        ),
+        pytest.param("<div><div> </div>\n<p>  x  </p> <span></span></div>", id="blank-text-nodes"),
+        pytest.param("<div><div></div><section><p>x</p></section></div>", id="empty-element"),
+        pytest.param("<div><a href=x><div><p>block link</p></div></a><p>after</p></div>", id="link-around-blocks"),
+        pytest.param("<div><!-- note --><div>text<!-- c --></div> tail </div>", id="comments"),
+        pytest.param("<div><p>中文\uff0c测试</p><div><a href=x>链接</a> </div></div>", id="cjk"),
+    ],
+)
+def test_shared_measure_matches_a_direct_text_walk_of_each_candidate(html: str) -> None:
+    tree = LexborHTMLParser(html)
+    candidates = tree.css("div, section, p")
+    stats = TextStats()
+    # Measured in two rounds, so that cached and fresh nodes meet in one assembly.
+    stats.measure(candidates[1:])
+    stats.measure(candidates)
+    for node in candidates:
+        linked = sum(len(anchor.text(deep=True, strip=True)) for anchor in node.css("a"))
+        assert (stats.text_chars[node.mem_id], stats.link_chars[node.mem_id]) == (text_length(node), linked)
+
+
+@pytest.mark.parametrize(
+    ("html", "holds"),
+    [
+        pytest.param("<div>" + f"<p>{FILLER}</p>" * 5 + "</div>", True, id="long-article"),
+        pytest.param(f"<div><p>{FILLER}</p></div>", False, id="short-article"),
+        pytest.param("<div>" + "<p> \n\t </p>" * 2_000 + f"<p>{FILLER * 4}</p></div>", False, id="blank-prefix"),
+    ],
+)
+def test_quick_article_length_check_never_overstates(html: str, holds: bool) -> None:
+    nodes = LexborHTMLParser(html).css("body > div")
+    assert surely_holds(nodes, 500) is holds
+    if holds:
+        assert sum(text_length(node) for node in nodes) >= 500
+
+
+def test_aria_hidden_false_with_a_border_none_style_is_kept() -> None:
+    html = (
+        "<html><body><article><p>Visible introduction paragraph with enough words to count.</p>"
+        '<p aria-hidden="false" style="border: none">Kept paragraph that a reader does see on the page.</p>'
+        "</article></body></html>"
+    )
+    assert "Kept paragraph" in html_to_markdown(html, PAGE_URL).markdown
