@@ -396,8 +396,11 @@ def main() -> None:
             # tinyproxy resolves with getaddrinfo (no hosts file of its own): give it the address.
             target_url = url if name != "tinyproxy" else f"http://{ORIGIN_IP}/1k"
             target_authority = authority if name != "tinyproxy" else f"{ORIGIN_IP}:443"
-            # Bulk and idle first: the setup flood leaves thousands of sockets in TIME_WAIT.
+            # Bulk and idle first: the setup flood leaves thousands of sockets in TIME_WAIT. Bulk is
+            # bound by the Python TLS client and swings with the machine's load, so each proxy's
+            # bulk figure is paired with a direct one measured just before it.
             entry = {
+                "direct_mb_s": run_child("bulk", "direct", authority, str(work / "ca.pem"), "5")["mb_s"],
                 **run_child("bulk", str(port), target_authority, str(work / "ca.pem"), "5"),
                 **run_child("idle", str(port), target_authority, str(pid)),
                 **best_of(rounds, "rps", "http", "127.0.0.1", str(port), target_url, seconds),
@@ -424,16 +427,16 @@ def report(results: dict[str, dict[str, Any]]) -> None:
     for name, row in results.items():
         print(f"{name:10} {row['rps']:11.0f} {row['p50_ms']:7.2f} {row['p99_ms']:7.2f} {row['per_s']:8.0f} "
               f"{row['mb_s']:10.0f} {row.get('kib_per_tunnel', 0):11.1f}")
-    print("\nratios to direct (HTTP req/s, setup/s, bulk):")
+    print("\nratios to direct (HTTP req/s, setup/s, bulk against the direct bulk measured just before it):")
     for name, row in results.items():
         if name != "direct":
             print(f"{name:10} {row['rps'] / direct['rps']:.2f}x  {row['per_s'] / direct['per_s']:.2f}x  "
-                  f"{row['mb_s'] / direct['mb_s']:.2f}x")
+                  f"{row['mb_s'] / row['direct_mb_s']:.2f}x (direct {row['direct_mb_s']:.0f} MB/s)")
     if "gateway" in results and "squid" in results:
         gw, sq = results["gateway"], results["squid"]
         print(f"\ngateway vs squid: HTTP req/s {gw['rps'] / sq['rps']:.2f}x (target >= 1.3), "
               f"setup {gw['per_s'] / sq['per_s']:.2f}x (target >= 1.0); "
-              f"bulk vs direct {gw['mb_s'] / direct['mb_s']:.2f} (target >= 0.90); "
+              f"bulk vs direct {gw['mb_s'] / gw['direct_mb_s']:.2f} (target >= 0.90); "
               f"{gw['kib_per_tunnel']:.1f} KiB per idle tunnel (target <= 8)")
 
 

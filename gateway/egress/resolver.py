@@ -66,7 +66,9 @@ class Resolver:
     async def close(self) -> None:
         await self._dns.close()
 
-    def _cached(self, name: str) -> Resolution | None:
+    def cached(self, name: str) -> Resolution | None:
+        """The unexpired cached answer for `name`, or None; never queries and never awaits, so a
+        caller on a hot path can decide without a task when the cache answers."""
         entry = self._cache.get(name)
         if entry is None:
             return None
@@ -111,7 +113,7 @@ class Resolver:
 
     async def resolve(self, name: str) -> Resolution:
         """Every A and AAAA answer for `name`, or `dns_failure` with a distinct reason."""
-        cached = self._cached(name)
+        cached = self.cached(name)
         if cached is not None:
             return cached
         started = time.perf_counter()

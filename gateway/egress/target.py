@@ -3,7 +3,8 @@
 This is the single decision path every outbound byte goes through, for the proxy and the tools
 alike: the policy decision on the name, resolution by the gateway's own resolver, and the
 address guard on every answer. The connection layer may only dial addresses of a PinnedTarget
-produced here, in the same call: no second lookup can sneak a rebinding in between.
+produced here, in the same call: no second lookup can sneak a rebinding in between. `pin` and
+`pin_cached` run the very same checks; `pin_cached` only refuses to wait for the resolver.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from gateway.policy.decide import decide_addresses, decide_destination
 from gateway.policy.load import LoadedPolicy
 from gateway.policy.model import Principal
 from gateway.settings import ListenAddress
+
+# Allowed cached decisions kept per policy generation; cleared when full (agents reuse few hosts).
+MAX_REMEMBERED_TARGETS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,8 @@ class EgressCore:
         self._guard_generation = -1
         self._guard = AddressGuard()
         self._on_dns = on_dns
+        self._remembered_generation = -1
+        self._remembered: dict[tuple[str, str, int, tuple[IPAddress, ...]], PinnedTarget] = {}
 
     @property
     def loaded(self) -> LoadedPolicy:
@@ -82,16 +88,7 @@ class EgressCore:
     ) -> PinnedTarget:
         """Decide, resolve and vet. Raises GatewayError on denial (enforce mode)."""
         loaded = loaded or self.loaded
-        policy = loaded.policy
-        report = policy.mode_for(principal) == "report"
-        would_deny: GatewayError | None = None
-
-        decision = decide_destination(policy, principal, host, port)
-        if not decision.allowed:
-            if not report:
-                raise decision.to_error()
-            would_deny = decision.to_error()
-
+        report, would_deny = self._decide_name(loaded, principal, host, port)
         dns_s = 0.0
         if host.ip is not None:
             addresses: tuple[IPAddress, ...] = (host.ip,)
@@ -101,12 +98,71 @@ class EgressCore:
                 resolution = await self.resolver.resolve(host.name)
             finally:
                 dns_s = time.perf_counter() - started
-            if self._on_dns:
+            # Only real lookups are timed: a cache hit would pile zeros into the DNS histogram.
+            if self._on_dns and not resolution.cached:
                 self._on_dns(dns_s, True)
             addresses = resolution.addresses
+        return self._vet_addresses(
+            loaded, principal, host, port, addresses=addresses, report=report, would_deny=would_deny, dns_s=dns_s
+        )
 
+    def pin_cached(
+        self, principal: Principal, host: VettedHost, port: int, loaded: LoadedPolicy
+    ) -> PinnedTarget | None:
+        """`pin` without awaiting: the same decision when no lookup is needed (an IP literal, or the
+        resolver's cache answers), None when it would have to query (call `pin` then).
+
+        Raises GatewayError on denial exactly as `pin` does: the name is judged by the policy, every
+        cached answer is vetted against this generation's guard (the gateway's own addresses
+        included), and report mode marks rather than refuses.
+        """
+        if host.ip is not None:
+            addresses: tuple[IPAddress, ...] = (host.ip,)
+        else:
+            resolution = self.resolver.cached(host.name)
+            if resolution is None:
+                # Judge the name anyway: a denied name is refused without waiting for DNS.
+                self._decide_name(loaded, principal, host, port)
+                return None
+            addresses = resolution.addresses
+        # Both checks are pure functions of (policy generation, principal, host, port, addresses):
+        # an allowed outcome for the same inputs is the same outcome, so it is remembered; a
+        # denial is never remembered and is decided afresh (and audited) every time.
+        if loaded.generation != self._remembered_generation:
+            self._remembered.clear()
+            self._remembered_generation = loaded.generation
+        key = (principal.name, host.name, port, addresses)
+        target = self._remembered.get(key)
+        if target is None:
+            report, would_deny = self._decide_name(loaded, principal, host, port)
+            target = self._vet_addresses(
+                loaded, principal, host, port, addresses=addresses, report=report, would_deny=would_deny, dns_s=0.0
+            )
+            if len(self._remembered) >= MAX_REMEMBERED_TARGETS:
+                self._remembered.clear()
+            self._remembered[key] = target
+        return target
+
+    def _decide_name(
+        self, loaded: LoadedPolicy, principal: Principal, host: VettedHost, port: int
+    ) -> tuple[bool, GatewayError | None]:
+        """The policy decision on the name: raises in enforce mode, returns (report, would_deny)."""
+        policy = loaded.policy
+        report = policy.mode_for(principal) == "report"
+        decision = decide_destination(policy, principal, host, port)
+        if decision.allowed:
+            return report, None
+        if not report:
+            raise decision.to_error()
+        return report, decision.to_error()
+
+    def _vet_addresses(
+        self, loaded: LoadedPolicy, principal: Principal, host: VettedHost, port: int, *,
+        addresses: tuple[IPAddress, ...], report: bool, would_deny: GatewayError | None, dns_s: float,
+    ) -> PinnedTarget:
         vetted = decide_addresses(self.guard_for(loaded), principal, host.name, addresses)
         if not vetted.allowed and would_deny is None:
+            # A name with no usable address cannot be "allowed anyway", even in report mode.
             if not report or vetted.code == ErrorCode.DNS_FAILURE:
                 raise vetted.to_error()
             would_deny = vetted.to_error()

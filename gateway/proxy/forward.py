@@ -1,10 +1,13 @@
 """Absolute-URI HTTP forwarding: one request relayed to a pinned upstream, the response streamed back.
 
-Owns the upstream side of plain HTTP: the keep-alive pool keyed by (vetted address, host, port),
-the rewritten request head (hop-by-hop headers and the proxy credential removed, Host taken from
+Owns the upstream side of plain HTTP (an upstream connection and the exchange it carries): the
+rewritten request head (hop-by-hop headers and the proxy credential removed, Host taken from
 the URI), the response parsed with httptools and re-framed for the client (so an upstream cannot
 smuggle a second response through an ambiguous body), the response byte cap, and backpressure in
-both directions. One client write per upstream read: head and body bytes are coalesced.
+both directions, the upstream response deadline (`proxy.idle_timeout_s` without a byte from the
+upstream: 504 before the response head, a cut stream after it), and one retry on a fresh
+connection when a pooled one turns out closed before answering an idempotent request. One client
+write per upstream read: head and body bytes are coalesced.
 
 Never resolves a name and never dials anything but a `PinnedTarget` through
 `open_pinned_connection`; never forwards Proxy-Authorization.
@@ -14,32 +17,38 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import Protocol, cast
 
 import httptools
 
 from gateway.egress.target import PinnedTarget
-from gateway.proxy.heads import HOP_BY_HOP, connection_tokens
+from gateway.errors import GatewayError
+from gateway.proxy.heads import HOP_BY_HOP, connection_tokens, named_by_connection
+from gateway.proxy.pool import PoolKey, UpstreamPool
 
-PoolKey = tuple[str, str, int]
-
-MAX_IDLE_PER_KEY = 64
-MAX_IDLE_TOTAL = 1024
-POOL_IDLE_TIMEOUT_S = 30.0
 WRITE_HIGH_WATER_BYTES = 256 * 1024
 WRITE_LOW_WATER_BYTES = 64 * 1024
 NO_BODY_STATUSES = frozenset({204, 304})
+# RFC 9110 section 9.2.2: a request with one of these methods may be sent again when the
+# connection failed before any response arrived (section 9.2.2 and RFC 9112 section 9.3.1).
+IDEMPOTENT_METHODS = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
 
 
 class ClientSide(Protocol):
-    """What the forwarder needs from the client connection (implemented in server.py)."""
+    """What the forwarder and dispatcher need from the client connection (implemented in server.py)."""
 
     transport: asyncio.Transport
+
+    @property
+    def closed(self) -> bool: ...
+
+    def refuse_exchange(self, exchange: ForwardExchange, error: GatewayError) -> None: ...
 
     def response_finished(self, exchange: ForwardExchange, *, keep_alive: bool, reason: str) -> None: ...
 
     def fail_exchange(self, exchange: ForwardExchange, code: str, message: str) -> None: ...
+
+    def retry_exchange(self, exchange: ForwardExchange) -> None: ...
 
     def pause_client_reading(self, reason: int) -> None: ...
 
@@ -55,16 +64,20 @@ class ForwardExchange:
     """One request and its response: state shared by the client and upstream protocols."""
 
     __slots__ = (
-        "body_done", "bytes_down", "bytes_up", "chunked_request", "client", "client_http10", "head_only",
-        "max_response_bytes", "method", "pending", "pending_bytes", "principal", "started", "target", "upstream",
+        "body_done", "bytes_down", "bytes_up", "chunked_request", "client", "client_http10", "client_keep_alive",
+        "head_only",
+        "max_response_bytes", "method", "pending", "pending_bytes", "principal", "request_head",
+        "response_idle_s", "retried", "started", "target", "upstream",
     )
 
-    def __init__(self, client: ClientSide, method: bytes, chunked_request: bool, client_http10: bool) -> None:
+    def __init__(self, client: ClientSide, method: bytes, *, chunked_request: bool, client_http10: bool,
+                 client_keep_alive: bool) -> None:
         self.client = client
         self.method = method
         self.head_only = method == b"HEAD"
         self.chunked_request = chunked_request
         self.client_http10 = client_http10
+        self.client_keep_alive = client_keep_alive
         self.body_done = False
         self.pending: list[bytes] = []
         self.pending_bytes = 0
@@ -72,6 +85,9 @@ class ForwardExchange:
         self.bytes_up = 0
         self.bytes_down = 0
         self.max_response_bytes = 0
+        self.response_idle_s = 0.0
+        self.request_head = b""
+        self.retried = False
         self.started = time.perf_counter()
         self.principal = ""
         self.target: PinnedTarget | None = None
@@ -81,6 +97,7 @@ class ForwardExchange:
         self.bytes_up += len(data)
         upstream = self.upstream
         if upstream is not None and upstream.transport is not None:
+            upstream.last_activity = time.monotonic()  # a slow upload is not a hung origin
             upstream.transport.write(framed)
             return
         # Not connected yet: hold the body, but never more than one write buffer's worth.
@@ -88,6 +105,18 @@ class ForwardExchange:
         self.pending_bytes += len(framed)
         if self.pending_bytes > WRITE_HIGH_WATER_BYTES:
             self.client.pause_client_reading(PAUSE_BODY_BUFFER)
+
+    @property
+    def resendable(self) -> bool:
+        """Whether the whole request can be sent again: idempotent, no body bytes, not yet retried."""
+        return self.method in IDEMPOTENT_METHODS and self.body_done and self.bytes_up == 0 and not self.retried
+
+    def prepare_retry(self) -> None:
+        """Reset what the failed attempt consumed so `UpstreamConnection.start` can send it again."""
+        self.retried = True
+        self.upstream = None
+        self.pending = [b"0\r\n\r\n"] if self.chunked_request else []
+        self.pending_bytes = 0
 
     def request_end(self) -> None:
         self.body_done = True
@@ -101,9 +130,13 @@ class ForwardExchange:
 
 
 def build_request_head(method: bytes, target: bytes, authority: bytes, headers: list[tuple[bytes, bytes]],
-                       chunked: bool) -> bytes:
-    """The upstream head: origin-form target, Host from the absolute URI, end-to-end headers only."""
-    named = connection_tokens(headers)
+                       chunked: bool, *, named: frozenset[bytes] | None = None) -> bytes:
+    """The upstream head: origin-form target, Host from the absolute URI, end-to-end headers only.
+
+    `named` are the header names the request's Connection field lists, when the caller already
+    collected them while parsing (None: scan `headers` for Connection here)."""
+    if named is None:
+        named = connection_tokens(headers)
     parts = [method, b" ", target, b" HTTP/1.1\r\nHost: ", authority, b"\r\n"]
     for name, value in headers:
         lowered = name.lower()
@@ -114,49 +147,6 @@ def build_request_head(method: bytes, target: bytes, authority: bytes, headers: 
         parts.append(b"Transfer-Encoding: chunked\r\n")
     parts.append(b"\r\n")
     return b"".join(parts)
-
-
-class UpstreamPool:
-    """Idle keep-alive connections by (vetted address, host, port): reuse only what was vetted."""
-
-    def __init__(self) -> None:
-        self._idle: dict[PoolKey, list[UpstreamConnection]] = {}
-        self._count = 0
-
-    def acquire(self, target: PinnedTarget) -> UpstreamConnection | None:
-        for address in target.addresses:
-            idle = self._idle.get((str(address), target.name, target.port))
-            while idle:
-                conn = idle.pop()
-                self._count -= 1
-                if conn.transport is not None and not conn.transport.is_closing():
-                    conn.checkout()
-                    return conn
-        return None
-
-    def release(self, conn: UpstreamConnection) -> None:
-        idle = self._idle.setdefault(conn.key, [])
-        if len(idle) >= MAX_IDLE_PER_KEY or self._count >= MAX_IDLE_TOTAL or conn.transport is None:
-            conn.close()
-            return
-        idle.append(conn)
-        self._count += 1
-        conn.park(POOL_IDLE_TIMEOUT_S)
-
-    def forget(self, conn: UpstreamConnection) -> None:
-        idle = self._idle.get(conn.key)
-        if idle and conn in idle:
-            idle.remove(conn)
-            self._count -= 1
-            if not idle:
-                del self._idle[conn.key]
-
-    def close(self) -> None:
-        for idle in list(self._idle.values()):
-            for conn in list(idle):
-                conn.close()
-        self._idle.clear()
-        self._count = 0
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -170,7 +160,9 @@ class UpstreamConnection(asyncio.Protocol):
         self.response_complete = False
         self._parser: httptools.HttpResponseParser | None = None
         self._out: list[bytes] = []
-        self._headers: list[tuple[bytes, bytes]] = []
+        self._headers: list[tuple[bytes, bytes]] = []  # (lower-cased name, "Name: value\r\n")
+        self._has_length = False
+        self._upstream_chunked = False
         self._reason = b""
         self._status = 0
         self.head_sent = False
@@ -178,9 +170,17 @@ class UpstreamConnection(asyncio.Protocol):
         self._close_client = False
         self._eof_body = False
         self._reusable = True
-        self._idle_timer: asyncio.TimerHandle | None = None
+        # The response deadline, armed lazily: it may fire early and re-arm itself for the time
+        # left, so a busy keep-alive connection does not arm and cancel a timer per request.
+        self._timer: asyncio.TimerHandle | None = None
+        self._connection_values: list[bytes] = []
+        self.parked_at = 0.0
         self._reading_paused = False
         self._body_bytes = 0
+        self._responses = 0
+        self._reused = False
+        self._answered = False
+        self.last_activity = 0.0
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -191,14 +191,20 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        self._cancel_timer()
         exchange = self.exchange
         if exchange is None:
             self.pool.forget(self)
             return
         self._reusable = False
+        if self._reused and not self._answered and exchange.resendable:
+            # A pooled connection the origin closed while it sat idle (its keep-alive timeout
+            # crossed our request on the wire): nothing was processed, so send it once more on a
+            # fresh connection rather than fail a request the origin never saw.
+            self.exchange = None
+            exchange.prepare_retry()
+            exchange.client.retry_exchange(exchange)
+            return
         if self._eof_body and self.head_sent and exc is None:
             # A close-delimited body (no Content-Length, not chunked) ends here.
             self._finish_message()
@@ -220,6 +226,8 @@ class UpstreamConnection(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.close()
             return
+        self._answered = True
+        self.last_activity = time.monotonic()
         try:
             parser.feed_data(data)
         except httptools.HttpParserError:
@@ -268,14 +276,40 @@ class UpstreamConnection(asyncio.Protocol):
             self._reading_paused = False
             self.transport.resume_reading()
 
-    def checkout(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
-    def park(self, idle_s: float) -> None:
+    def _arm_response_deadline(self, idle_s: float) -> None:
         loop = asyncio.get_running_loop()
-        self._idle_timer = loop.call_later(idle_s, self.close)
+        due = loop.time() + idle_s
+        timer = self._timer
+        if timer is not None:
+            if timer.when() <= due:
+                return  # fires first and re-checks against last_activity
+            timer.cancel()
+        self._timer = loop.call_at(due, self._response_deadline)
+
+    def _response_deadline(self) -> None:
+        """No byte from the upstream for `response_idle_s`: 504 before the head, else cut."""
+        self._timer = None
+        exchange = self.exchange
+        if exchange is None:
+            return  # parked or closed: the next start() arms a fresh deadline
+        idle_s = exchange.response_idle_s
+        remaining = self.last_activity + idle_s - time.monotonic()
+        if self._reading_paused:
+            # We stopped reading because the client is slow; silence is not the upstream's fault.
+            remaining = idle_s
+        if remaining > 0:
+            self._timer = asyncio.get_running_loop().call_later(remaining, self._response_deadline)
+            return
+        self._reusable = False
+        self.exchange = None
+        if self.transport is not None:
+            self.transport.abort()
+        exchange.client.fail_exchange(exchange, "timeout", f"the upstream sent nothing for {idle_s:g} s")
 
     def close(self) -> None:
         self._reusable = False
@@ -294,6 +328,11 @@ class UpstreamConnection(asyncio.Protocol):
         self._eof_body = False
         self._close_client = exchange.client_http10
         self._body_bytes = 0
+        self._reused = self._responses > 0
+        self._answered = False
+        exchange.request_head = head
+        self.last_activity = time.monotonic()
+        self._arm_response_deadline(exchange.response_idle_s)
         assert self.transport is not None
         if exchange.pending:
             self.transport.write(head + b"".join(exchange.pending))
@@ -310,6 +349,7 @@ class UpstreamConnection(asyncio.Protocol):
             return
         self.exchange = None
         self._parser = None
+        self._responses += 1
         self.resume_reading()
         keep_client = not self._close_client
         exchange.bytes_down = self._body_bytes
@@ -322,13 +362,27 @@ class UpstreamConnection(asyncio.Protocol):
     # httptools callbacks ----------------------------------------------------------------------
     def on_message_begin(self) -> None:
         self._headers = []
+        self._connection_values = []
+        self._has_length = False
+        self._upstream_chunked = False
         self._reason = b""
 
     def on_status(self, status: bytes) -> None:
         self._reason += status
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
+        # One pass: framing facts noted, hop-by-hop fields dropped, the rest kept as wire lines
+        # (with their lower-cased name, in case a Connection field names them).
+        lowered = name.lower()
+        if lowered == b"content-length":
+            self._has_length = True
+        elif lowered == b"transfer-encoding":
+            self._upstream_chunked = True
+        elif lowered == b"connection":
+            self._connection_values.append(value)
+        if lowered in HOP_BY_HOP or lowered.startswith(b"proxy-"):
+            return
+        self._headers.append((lowered, name + b": " + value + b"\r\n"))
 
     def on_headers_complete(self) -> None:
         parser = self._parser
@@ -337,20 +391,13 @@ class UpstreamConnection(asyncio.Protocol):
         assert exchange is not None
         status = parser.get_status_code()
         self._status = status
-        headers = self._headers
-        named = connection_tokens(headers)
-        has_length = False
-        chunked = False
-        kept: list[bytes] = [b"HTTP/1.1 %d %b\r\n" % (status, self._reason)]
-        for name, value in headers:
-            lowered = name.lower()
-            if lowered == b"content-length":
-                has_length = True
-            elif lowered == b"transfer-encoding":
-                chunked = True
-            if lowered in HOP_BY_HOP or lowered in named or lowered.startswith(b"proxy-"):
-                continue
-            kept += (name, b": ", value, b"\r\n")
+        kept = [b"HTTP/1.1 %d %b\r\n" % (status, self._reason)]
+        if self._connection_values:
+            named = named_by_connection(self._connection_values)
+            kept += [line for lowered, line in self._headers if lowered not in named]
+        else:
+            kept += [line for _, line in self._headers]
+        has_length, chunked = self._has_length, self._upstream_chunked
         if not parser.should_keep_alive():
             self._reusable = False
         informational = 100 <= status < 200
@@ -395,7 +442,3 @@ class UpstreamConnection(asyncio.Protocol):
         if self._chunk_to_client:
             self._out.append(b"0\r\n\r\n")
         self.response_complete = True
-
-
-def upstream_factory(pool: UpstreamPool, key: PoolKey) -> Callable[[], UpstreamConnection]:
-    return lambda: UpstreamConnection(pool, key)

@@ -110,7 +110,8 @@ def split_absolute_target(raw: bytes) -> AbsoluteTarget:
 
     The host is returned raw; the caller vets it with `vet_host` (the same canonicalisation the
     rest of the gateway uses). Userinfo is refused, the fragment dropped, https refused (an
-    https URL goes through CONNECT so the client keeps end-to-end TLS).
+    https URL goes through CONNECT so the client keeps end-to-end TLS). A target that cannot be
+    read is `invalid_input` (400); a readable one the gateway refuses is `unsafe_url` (403).
     """
     if raw.startswith(b"/") or raw == b"*":
         raise GatewayError(
@@ -121,7 +122,7 @@ def split_absolute_target(raw: bytes) -> AbsoluteTarget:
     try:
         parsed = httptools.parse_url(raw)
     except httptools.HttpParserInvalidURLError:
-        raise GatewayError(ErrorCode.UNSAFE_URL, "the request target is not a valid absolute URI") from None
+        raise GatewayError(ErrorCode.INVALID_INPUT, "the request target is not a valid absolute URI") from None
     scheme = (parsed.schema or b"").lower()
     if scheme != b"http":
         if scheme == b"https":
@@ -131,7 +132,7 @@ def split_absolute_target(raw: bytes) -> AbsoluteTarget:
         raise GatewayError(ErrorCode.UNSAFE_URL, "URLs with userinfo (user:password@) are refused")
     host = parsed.host
     if not host:
-        raise GatewayError(ErrorCode.UNSAFE_URL, "the request target has no host")
+        raise GatewayError(ErrorCode.INVALID_INPUT, "the request target has no host")
     port = parsed.port if parsed.port is not None else 80
     if not 1 <= port <= 65535:
         raise GatewayError(ErrorCode.UNSAFE_URL, "the request target port is out of range")
@@ -151,10 +152,16 @@ def host_authority(host: VettedHost, port: int) -> bytes:
 
 def connection_tokens(headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
     """Header names the Connection field declares hop-by-hop."""
+    return named_by_connection([value for name, value in headers if name.lower() == b"connection"])
+
+
+def named_by_connection(values: list[bytes]) -> frozenset[bytes]:
+    """Header names listed by these Connection field values (lower-cased)."""
+    if not values:
+        return frozenset()
     tokens: set[bytes] = set()
-    for name, value in headers:
-        if name.lower() == b"connection":
-            tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    for value in values:
+        tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
     return frozenset(tokens)
 
 
@@ -174,11 +181,25 @@ def serialize_headers(headers: list[tuple[bytes, bytes]]) -> bytes:
     return b"".join([name + b": " + value + b"\r\n" for name, value in headers])
 
 
+# DESIGN.md section 3: on the proxy a refused destination is a 403 whatever status the same code
+# carries on the tools API (unsafe_url is a 400 there, where the caller passed a bad argument; here
+# an agent asked for a destination the gateway will not reach, and clients treat 403 as final).
+PROXY_DENIAL_CODES = frozenset({ErrorCode.UNSAFE_URL, ErrorCode.BLOCKED_DESTINATION, ErrorCode.POLICY_DENIED})
+
+
+def proxy_status(error: GatewayError) -> int:
+    """The status the proxy answers `error` with: 407 for credentials, 403 for a denied
+    destination, else the code's own status (400/431 malformed, 429 limits, 502/504 upstream)."""
+    if error.code == ErrorCode.AUTH_REQUIRED:
+        return 407
+    if error.code in PROXY_DENIAL_CODES:
+        return 403
+    return error.http_status
+
+
 def error_response(error: GatewayError, *, keep_alive: bool) -> bytes:
     """The denial of DESIGN.md section 3: status, X-Egress-Code, the JSON body; never a credential."""
-    status = error.http_status
-    if error.code == ErrorCode.AUTH_REQUIRED:
-        status = 407
+    status = proxy_status(error)
     body = orjson.dumps(error.to_body())
     lines = [
         b"HTTP/1.1 %d %s\r\n" % (status, REASONS.get(status, b"Error")),

@@ -30,6 +30,7 @@ EOF_BOTH = EOF_FROM_CLIENT | EOF_FROM_UPSTREAM
 
 _UP = metrics.TUNNEL_BYTES.labels("upstream")
 _DOWN = metrics.TUNNEL_BYTES.labels("downstream")
+_SNI_DENIED = metrics.DECISIONS.labels("connect", "deny", "policy_denied")
 
 
 def sni_verdict(mode: SniMode, port: int, connect_host: str, host_is_ip: bool, peek: ClientHelloPeek) -> str | None:
@@ -110,10 +111,9 @@ class Tunnel:
     """An established CONNECT tunnel. The listener forwards client events to it."""
 
     __slots__ = (
-        "address", "audit", "bytes_down", "bytes_up", "client", "close_reason", "closed", "connect_host", "eofs",
-        "generation",
-        "host_is_ip", "idle_s", "last_activity", "lifetime_timer", "owner", "peek_buffer", "port", "principal",
-        "sni_mode", "started", "timer", "upstream", "upstream_proto", "wall_started",
+        "address", "audit", "bytes_down", "bytes_up", "client", "close_reason", "closed", "connect_host", "ends_at",
+        "eofs", "generation", "host_is_ip", "idle_s", "last_activity", "owner", "peek_buffer", "port", "principal",
+        "sni_mode", "started", "timer", "upstream", "upstream_proto",
     )
 
     def __init__(
@@ -156,9 +156,11 @@ class Tunnel:
         self.idle_s = idle_s
         # None: the first flight has been checked (or needs no check) and bytes flow freely.
         self.peek_buffer: bytearray | None = bytearray() if sni_mode != "off" else None
-        loop = asyncio.get_running_loop()
-        self.timer: asyncio.TimerHandle = loop.call_later(idle_s, self._idle_check)
-        self.lifetime_timer: asyncio.TimerHandle = loop.call_later(lifetime_s, self.close, "max_lifetime")
+        self.ends_at = self.started + lifetime_s
+        # One timer for both limits, re-armed only when it fires: a tunnel setup costs one timer.
+        self.timer: asyncio.TimerHandle = asyncio.get_running_loop().call_later(
+            min(idle_s, lifetime_s), self._deadline_check
+        )
         client.set_write_buffer_limits(WRITE_HIGH_WATER_BYTES, WRITE_LOW_WATER_BYTES)
         metrics.ACTIVE_TUNNELS.inc()
 
@@ -187,7 +189,7 @@ class Tunnel:
                 return
             refusal = sni_verdict(self.sni_mode, self.port, self.connect_host, self.host_is_ip, peek)
             if refusal is not None:
-                metrics.DECISIONS.labels("connect", "deny", "policy_denied").inc()
+                _SNI_DENIED.inc()
                 self.audit.decision(
                     kind="connect", principal=self.principal, host=self.connect_host, port=self.port,
                     addresses=(self.address,), decision="deny", code="policy_denied", reason=refusal,
@@ -234,14 +236,18 @@ class Tunnel:
         self.close("upstream_reset" if exc is not None else "upstream_closed")
 
     # lifecycle ---------------------------------------------------------------------------------
-    def _idle_check(self) -> None:
+    def _deadline_check(self) -> None:
         if self.closed:
             return
-        remaining = self.last_activity + self.idle_s - time.monotonic()
-        if remaining <= 0:
+        now = time.monotonic()
+        if now >= self.ends_at:
+            self.close("max_lifetime")
+            return
+        idle_left = self.last_activity + self.idle_s - now
+        if idle_left <= 0:
             self.close("idle_timeout")
-        else:
-            self.timer = asyncio.get_running_loop().call_later(remaining, self._idle_check)
+            return
+        self.timer = asyncio.get_running_loop().call_later(min(idle_left, self.ends_at - now), self._deadline_check)
 
     def close(self, reason: str, *, abort: bool = False) -> None:
         """Close both sides once (flushing what is buffered unless aborting) and write the audit line."""
@@ -250,7 +256,6 @@ class Tunnel:
         self.closed = True
         self.close_reason = reason
         self.timer.cancel()
-        self.lifetime_timer.cancel()
         for transport in (self.client, self.upstream):
             if not transport.is_closing():
                 if abort:
@@ -262,8 +267,10 @@ class Tunnel:
         duration = time.monotonic() - self.started
         metrics.ACTIVE_TUNNELS.dec()
         metrics.TUNNEL_SECONDS.observe(duration)
-        _UP.inc(self.bytes_up)
-        _DOWN.inc(self.bytes_down)
+        if self.bytes_up:
+            _UP.inc(self.bytes_up)
+        if self.bytes_down:
+            _DOWN.inc(self.bytes_down)
         self.audit.write(
             "close", kind="connect", principal=self.principal, host=self.connect_host, port=self.port,
             bytes_up=self.bytes_up, bytes_down=self.bytes_down, duration_s=round(duration, 6), close_reason=reason,

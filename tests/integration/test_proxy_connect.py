@@ -172,6 +172,15 @@ def test_denied_port_gets_403(proxy_factory: ProxyFactory, tls_origin: Origin) -
     assert b"X-Egress-Code: policy_denied" in answer
 
 
+def test_connect_to_an_ip_literal_gets_403_unsafe_url(proxy_factory: ProxyFactory, tls_origin: Origin) -> None:
+    # literal_ips: deny (the default) refuses an IP literal even inside allow_cidrs.
+    proxy = proxy_factory(proxy_policy([tls_origin.cidr], ports=[tls_origin.port]))
+    sock, answer = _connect(proxy, f"{tls_origin.ip}:{tls_origin.port}")
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 403 ")
+    assert b"X-Egress-Code: unsafe_url" in answer
+
+
 def test_connect_to_the_proxys_own_address_is_denied(proxy_factory: ProxyFactory, fake_dns: FakeDNS) -> None:
     fake_dns.add("self.example.net", "127.0.0.1")
     port = free_port()

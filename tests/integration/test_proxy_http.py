@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 from aiohttp import web
 
+from tests.harness.dns import FakeDNS
+from tests.harness.gateway import free_port
 from tests.harness.origins import Origin, OriginFactory
 from tests.integration import test_proxy_support as support
 from tests.integration.test_proxy_support import (
@@ -49,10 +53,25 @@ def _origin_app(peers: list[tuple[str, int]]) -> web.Application:
     async def big(request: web.Request) -> web.Response:
         return web.Response(body=b"y" * int(request.query["bytes"]))
 
+    async def hang(request: web.Request) -> web.Response:
+        # Accepts the request and never answers (cancelled when the proxy gives up).
+        await asyncio.sleep(3600)
+        return web.Response()
+
+    async def stall(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.content_length = 1_000_000
+        await response.prepare(request)
+        await response.write(b"s" * 1000)
+        await asyncio.sleep(3600)
+        return response
+
     app = web.Application()
     app.router.add_post("/echo", echo)
     app.router.add_get("/reset", reset)
     app.router.add_get("/big", big)
+    app.router.add_get("/hang", hang)
+    app.router.add_get("/stall", stall)
     app.router.add_get("/{tail:.*}", hello)
     return app
 
@@ -118,6 +137,21 @@ def test_denied_host_over_plain_http_gets_403_json(proxy_factory: ProxyFactory, 
     assert response.status_code == 403
     assert response.headers["X-Egress-Code"] == "policy_denied"
     assert response.json()["error"]["code"] == "policy_denied"
+
+
+@pytest.mark.parametrize(
+    "host", ["{ip}", "localhost", "metadata"], ids=["ip-literal-under-literal-ips-deny", "localhost", "metadata-name"]
+)
+def test_unsafe_destination_over_plain_http_gets_403_unsafe_url(
+    proxy: ProxyProcess, http_origin: Origin, peers: list[tuple[str, int]], host: str
+) -> None:
+    url = f"http://{host.format(ip=http_origin.ip)}:{http_origin.port}/"
+    with httpx.Client(proxy=proxy.url, timeout=10) as client:
+        response = client.get(url)
+    assert response.status_code == 403
+    assert response.headers["X-Egress-Code"] == "unsafe_url"
+    assert response.json()["error"]["code"] == "unsafe_url"
+    assert peers == []
 
 
 def test_origin_form_request_is_refused_with_400(proxy: ProxyProcess) -> None:
@@ -188,3 +222,169 @@ def test_response_over_the_cap_is_cut(proxy_factory: ProxyFactory, http_origin: 
             client.get(http_origin.url("/big?bytes=2000000"))
     lines = proxy.wait_audit(lambda lines: any(line.get("close_reason") == "too_large" for line in lines))
     assert lines[-1]["close_reason"] == "too_large"
+
+
+def test_origin_that_never_answers_gets_504_timeout_after_the_idle_timeout(
+    proxy_factory: ProxyFactory, http_origin: Origin
+) -> None:
+    policy = proxy_policy([http_origin.cidr], ports=[http_origin.port], proxy={"idle_timeout_s": 1.0})
+    proxy = proxy_factory(policy)
+    with httpx.Client(proxy=proxy.url, timeout=20) as client:
+        response = client.get(http_origin.url("/hang"))
+    assert response.status_code == 504
+    assert response.headers["X-Egress-Code"] == "timeout"
+    assert response.json()["error"]["code"] == "timeout"
+    lines = proxy.wait_audit(lambda lines: any(line.get("close_reason") == "timeout" for line in lines))
+    assert any(line.get("close_reason") == "timeout" for line in lines)
+
+
+def test_origin_that_stalls_mid_body_has_its_stream_cut_after_the_idle_timeout(
+    proxy_factory: ProxyFactory, http_origin: Origin
+) -> None:
+    policy = proxy_policy([http_origin.cidr], ports=[http_origin.port], proxy={"idle_timeout_s": 1.0})
+    proxy = proxy_factory(policy)
+    with httpx.Client(proxy=proxy.url, timeout=20) as client, pytest.raises(httpx.RemoteProtocolError):
+        client.get(http_origin.url("/stall"))
+    lines = proxy.wait_audit(lambda lines: any(line.get("close_reason") == "timeout" for line in lines))
+    assert any(line.get("close_reason") == "timeout" for line in lines)
+
+
+class ClosingKeepAliveOrigin:
+    """Answers the first request on each connection with keep-alive, then closes the connection
+    when the next request arrives without answering it: an origin whose keep-alive timeout fires
+    just as a pooled connection is reused, made deterministic."""
+
+    def __init__(self, ip: str) -> None:
+        self.listener = socket.create_server((ip, 0))
+        self.ip = ip
+        self.port: int = self.listener.getsockname()[1]
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return  # the listener was closed
+            self.connections += 1
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _read_head(self, conn: socket.socket) -> bytes:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return b""
+            data += chunk
+        return data
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(10)
+            first = self._read_head(conn)
+            if not first:
+                return
+            self.requests.append(first.split(b"\r\n", 1)[0])
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok")
+            second = self._read_head(conn)
+            if second:
+                self.requests.append(second.split(b"\r\n", 1)[0])
+            # Close without answering: the proxy sees EOF before any response byte.
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def closing_origin(origins: OriginFactory, fake_dns: FakeDNS) -> Iterator[ClosingKeepAliveOrigin]:
+    origin = ClosingKeepAliveOrigin(origins.next_ip())
+    fake_dns.add("stale.example.org", origin.ip)
+    yield origin
+    origin.close()
+
+
+def test_idempotent_request_on_a_stale_pooled_connection_is_retried_once_on_a_fresh_one(
+    proxy_factory: ProxyFactory, closing_origin: ClosingKeepAliveOrigin
+) -> None:
+    proxy = proxy_factory(proxy_policy([f"{closing_origin.ip}/32"], ports=[closing_origin.port]))
+    url = f"http://stale.example.org:{closing_origin.port}/"
+    with httpx.Client(proxy=proxy.url, timeout=10) as client:
+        first = client.get(url)
+        second = client.get(url)
+    assert (first.status_code, first.content) == (200, b"ok")
+    assert (second.status_code, second.content) == (200, b"ok")
+    # The second GET went out on the pooled connection (closed unanswered), then on a fresh one.
+    assert closing_origin.connections == 2
+    assert closing_origin.requests == [b"GET / HTTP/1.1"] * 3
+
+
+def test_post_on_a_stale_pooled_connection_is_not_retried(
+    proxy_factory: ProxyFactory, closing_origin: ClosingKeepAliveOrigin
+) -> None:
+    proxy = proxy_factory(proxy_policy([f"{closing_origin.ip}/32"], ports=[closing_origin.port]))
+    url = f"http://stale.example.org:{closing_origin.port}/"
+    with httpx.Client(proxy=proxy.url, timeout=10) as client:
+        assert client.post(url, content=b"a").status_code == 200
+        second = client.post(url, content=b"b")
+    # The origin may have acted on the POST: the client decides whether to send it again.
+    assert second.status_code == 502
+    assert second.headers["X-Egress-Code"] == "connect_failure"
+    assert closing_origin.connections == 1
+
+
+def _get_twice(proxy: ProxyProcess, url: str) -> list[httpx.Response]:
+    """Two requests on one keep-alive connection: the first decided on a DNS cache miss (awaiting
+    the resolver), the second from the cache (the synchronous fast path)."""
+    with httpx.Client(proxy=proxy.url, timeout=10) as client:
+        return [client.get(url), client.get(url)]
+
+
+def test_cached_decision_still_refuses_a_name_resolving_to_a_denied_address(
+    proxy_factory: ProxyFactory, http_origin: Origin, fake_dns: FakeDNS
+) -> None:
+    fake_dns.add("inside.example.org", "10.1.2.3", ttl=300)
+    proxy = proxy_factory(proxy_policy([http_origin.cidr], ports=[http_origin.port]))
+    responses = _get_twice(proxy, f"http://inside.example.org:{http_origin.port}/")
+    assert [r.status_code for r in responses] == [403, 403]
+    assert [r.headers["X-Egress-Code"] for r in responses] == ["blocked_destination"] * 2
+
+
+def test_cached_decision_still_refuses_the_gateways_own_address(
+    proxy_factory: ProxyFactory, fake_dns: FakeDNS
+) -> None:
+    fake_dns.add("self.example.org", "127.0.0.1", ttl=300)
+    port = free_port()
+    # Even a policy that opens 127.0.0.1 and the proxy's port cannot make the proxy dial itself.
+    proxy = proxy_factory(proxy_policy(["127.0.0.1/32"], ports=[port]), port)
+    responses = _get_twice(proxy, f"http://self.example.org:{port}/")
+    assert [r.status_code for r in responses] == [403, 403]
+    assert [r.headers["X-Egress-Code"] for r in responses] == ["blocked_destination"] * 2
+
+
+def test_cached_decision_in_report_mode_allows_and_audits_would_deny_each_time(
+    proxy_factory: ProxyFactory, http_origin: Origin, fake_dns: FakeDNS
+) -> None:
+    fake_dns.add(http_origin.name, http_origin.ip, ttl=300)
+    principals = {"default": {"egress": {"allow_domains": ["only.example.com"]}}}
+    policy = proxy_policy([http_origin.cidr], ports=[http_origin.port], principals=principals,
+                          defaults={"mode": "report"})
+    proxy = proxy_factory(policy)
+    responses = _get_twice(proxy, http_origin.url("/"))
+    assert [r.status_code for r in responses] == [200, 200]
+    lines = proxy.wait_audit(lambda lines: sum(line.get("decision") == "would_deny" for line in lines) >= 2)
+    decisions = [line for line in lines if line["event"] == "decision"]
+    assert [(d["decision"], d["code"]) for d in decisions] == [("would_deny", "policy_denied")] * 2
+
+
+def test_cached_decision_follows_a_policy_denial_on_every_request(
+    proxy_factory: ProxyFactory, http_origin: Origin, fake_dns: FakeDNS
+) -> None:
+    fake_dns.add(http_origin.name, http_origin.ip, ttl=300)
+    principals = {"default": {"egress": {"allow_domains": ["only.example.com"]}}}
+    proxy = proxy_factory(proxy_policy([http_origin.cidr], ports=[http_origin.port], principals=principals))
+    responses = _get_twice(proxy, http_origin.url("/"))
+    assert [r.status_code for r in responses] == [403, 403]
+    assert [r.headers["X-Egress-Code"] for r in responses] == ["policy_denied"] * 2

@@ -13,6 +13,7 @@ from gateway.proxy.heads import (
     error_response,
     parse_connect_authority,
     parse_proxy_authorization,
+    proxy_status,
     split_absolute_target,
 )
 from gateway.proxy.sni import ClientHelloPeek, PeekStatus
@@ -107,13 +108,14 @@ def test_absolute_target_is_split(raw: bytes, host: bytes, port: int, origin_for
     [
         (b"/relative", ErrorCode.INVALID_INPUT),
         (b"*", ErrorCode.INVALID_INPUT),
+        (b"http:///nohost", ErrorCode.INVALID_INPUT),
         (b"https://a.example.org/", ErrorCode.UNSAFE_URL),
         (b"ftp://a.example.org/", ErrorCode.UNSAFE_URL),
         (b"http://u:p@a.example.org/", ErrorCode.UNSAFE_URL),
-        (b"http://a.example.org:99999/", ErrorCode.UNSAFE_URL),
+        (b"http://a.example.org:99999/", ErrorCode.INVALID_INPUT),
         (b"http://a.example.org/" + b"a" * 9000, ErrorCode.UNSAFE_URL),
     ],
-    ids=["origin-form", "asterisk", "https", "ftp", "userinfo", "port-overflow", "too-long"],
+    ids=["origin-form", "asterisk", "no-host", "https", "ftp", "userinfo", "port-overflow", "too-long"],
 )
 def test_bad_absolute_target_is_refused(raw: bytes, code: ErrorCode) -> None:
     with pytest.raises(GatewayError) as caught:
@@ -149,6 +151,29 @@ def test_auth_denial_is_407_with_proxy_authenticate() -> None:
     raw = error_response(GatewayError(ErrorCode.AUTH_REQUIRED, "x", status=401), keep_alive=False)
     assert raw.startswith(b"HTTP/1.1 407 ")
     assert b'Proxy-Authenticate: Basic realm="egress-gateway"' in raw
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (GatewayError(ErrorCode.UNSAFE_URL, "IP-literal host"), 403),
+        (GatewayError(ErrorCode.BLOCKED_DESTINATION, "resolves to loopback"), 403),
+        (GatewayError(ErrorCode.POLICY_DENIED, "not in allow_domains"), 403),
+        (GatewayError(ErrorCode.AUTH_REQUIRED, "no credential", status=401), 407),
+        (GatewayError(ErrorCode.INVALID_INPUT, "malformed"), 400),
+        (GatewayError(ErrorCode.TOO_LARGE, "head too large", status=431), 431),
+        (GatewayError(ErrorCode.CONCURRENCY_LIMITED, "tunnel limit", retry_after_s=1.0), 429),
+        (GatewayError(ErrorCode.DNS_FAILURE, "NXDOMAIN"), 502),
+        (GatewayError(ErrorCode.CONNECT_FAILURE, "refused"), 502),
+        (GatewayError(ErrorCode.TOO_LARGE, "response over the cap"), 502),
+        (GatewayError(ErrorCode.TIMEOUT, "no response"), 504),
+    ],
+    ids=["unsafe-url", "blocked-destination", "policy-denied", "auth-required", "malformed", "head-too-large",
+         "tunnel-limit", "dns-failure", "connect-failure", "response-too-large", "upstream-timeout"],
+)
+def test_proxy_status_for_each_code(error: GatewayError, status: int) -> None:
+    assert proxy_status(error) == status
+    assert error_response(error, keep_alive=False).startswith(b"HTTP/1.1 %d " % status)
 
 
 def test_limit_denial_has_retry_after() -> None:

@@ -1,0 +1,150 @@
+"""Opening a CONNECT tunnel: from an authority-form head to an established `Tunnel`, or a refusal.
+
+Owns the CONNECT decision in the order the issue fixes: principal, authority, tunnel limits
+(per principal and in total), policy and address vetting through the egress core, the pinned
+dial, then `200 Connection Established` and the hand-over to `Tunnel`. It also owns the tunnel
+bookkeeping: the limit counts, the set of open tunnels, and the decision audit lines of CONNECT.
+
+Never parses the client's bytes (the listener does), never splices them (the tunnel does), never
+dials anything but a `PinnedTarget` through `open_pinned_connection`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.egress.connect import open_pinned_connection
+from gateway.egress.target import EgressCore, PinnedTarget
+from gateway.errors import ErrorCode, GatewayError
+from gateway.observe import metrics
+from gateway.observe.audit import AuditLog
+from gateway.policy.model import Principal, ProxySettings
+from gateway.proxy.decisions import ProxyDecisions
+from gateway.proxy.heads import parse_connect_authority
+from gateway.proxy.tunnel import Tunnel, UpstreamTunnelProtocol
+
+CONNECT_ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
+LIMIT_RETRY_AFTER_S = 1.0
+
+_CONNECT_LATENCY = metrics.CONNECT_SECONDS.labels("connect")
+
+
+@dataclass(frozen=True, slots=True)
+class DialedTunnel:
+    """An allowed CONNECT whose upstream is connected, not yet answered with 200."""
+
+    principal: Principal
+    target: PinnedTarget
+    upstream: asyncio.Transport
+    upstream_proto: UpstreamTunnelProtocol
+    address: str
+    settings: ProxySettings
+
+
+class TunnelOpener:
+    """Decides and dials CONNECT requests, enforces tunnel limits, and tracks open tunnels."""
+
+    def __init__(
+        self, core: EgressCore, decisions: ProxyDecisions, audit: AuditLog, on_closed: Callable[[], None]
+    ) -> None:
+        self.core = core
+        self.decisions = decisions
+        self.audit = audit
+        self.tunnels: set[Tunnel] = set()
+        self._on_closed = on_closed
+        self._by_principal: dict[str, int] = {}
+        self._reserved_total = 0
+
+    # limits -------------------------------------------------------------------------------------
+    def reserve(self, principal: str, settings: ProxySettings) -> None:
+        """Count a tunnel against the limits before dialing, so a burst cannot overshoot them."""
+        if self._reserved_total >= settings.max_tunnels_total:
+            raise GatewayError(ErrorCode.CONCURRENCY_LIMITED, "the gateway's tunnel limit is reached",
+                               retry_after_s=LIMIT_RETRY_AFTER_S)
+        count = self._by_principal.get(principal, 0)
+        if count >= settings.max_tunnels_per_principal:
+            raise GatewayError(ErrorCode.CONCURRENCY_LIMITED, f"{principal} has reached its tunnel limit",
+                               retry_after_s=LIMIT_RETRY_AFTER_S)
+        self._by_principal[principal] = count + 1
+        self._reserved_total += 1
+
+    def release(self, principal: str) -> None:
+        self._reserved_total -= 1
+        remaining = self._by_principal.get(principal, 1) - 1
+        if remaining <= 0:
+            self._by_principal.pop(principal, None)
+        else:
+            self._by_principal[principal] = remaining
+
+    def tunnel_closed(self, tunnel: Tunnel) -> None:
+        """`TunnelOwner`: called once when an established tunnel ends."""
+        if tunnel in self.tunnels:
+            self.tunnels.discard(tunnel)
+            self.release(tunnel.principal)
+        self._on_closed()
+
+    # opening ------------------------------------------------------------------------------------
+    async def dial(self, raw_target: bytes, authorization: bytes | None) -> DialedTunnel:
+        """Principal → authority → limits → decision → pinned dial. A refusal is recorded (decision
+        audit line and count) and raised; the caller only answers it."""
+        loaded = self.core.loaded
+        settings = loaded.policy.proxy
+        decisions = self.decisions
+        principal_name: str | None = None
+        host_name: str | None = None
+        port: int | None = None
+        reserved = False
+        target: PinnedTarget | None = None
+        try:
+            principal = decisions.principal_for(loaded, authorization)
+            principal_name = principal.name
+            authority = parse_connect_authority(raw_target, decisions.vetted_host)
+            host_name, port = authority.host.name, authority.port
+            self.reserve(principal.name, settings)
+            reserved = True
+            target = self.core.pin_cached(principal, authority.host, authority.port, loaded)
+            if target is None:
+                target = await self.core.pin(principal, authority.host, authority.port, loaded=loaded)
+            started = time.perf_counter()
+            upstream, proto, address = await open_pinned_connection(
+                target, UpstreamTunnelProtocol, timeout_s=settings.connect_timeout_s
+            )
+            _CONNECT_LATENCY.observe(time.perf_counter() - started)
+        except GatewayError as error:
+            if reserved:
+                self.release(principal_name or "")
+            if target is None:
+                decisions.record_deny("connect", principal_name, host_name, port, error=error,
+                                      generation=loaded.generation)
+            else:
+                # Allowed, but the dial failed: an error outcome, and a close line for the audit trail.
+                decisions.count_decision("connect", "error", str(error.code))
+                self.audit.write("close", kind="connect", principal=principal_name, host=host_name, port=port,
+                                 bytes_up=0, bytes_down=0, duration_s=0.0, close_reason=str(error.code))
+            raise
+        return DialedTunnel(principal, target, upstream, proto, address, settings)
+
+    def abandon(self, dialed: DialedTunnel) -> None:
+        """The client left (or the gateway began draining) while the upstream was being dialed."""
+        dialed.upstream.close()
+        self.release(dialed.principal.name)
+
+    def establish(self, client: asyncio.Transport, dialed: DialedTunnel, early: bytes) -> Tunnel:
+        """Record the decision, answer 200, and start splicing (with the SNI gate first)."""
+        target = dialed.target
+        settings = dialed.settings
+        self.decisions.record_allow("connect", dialed.principal, target)
+        client.write(CONNECT_ESTABLISHED)
+        tunnel = Tunnel(
+            owner=self, audit=self.audit, client=client, upstream=dialed.upstream,
+            upstream_proto=dialed.upstream_proto, principal=dialed.principal.name, connect_host=target.name,
+            host_is_ip=target.host.ip is not None, port=target.port, address=dialed.address,
+            generation=target.generation, sni_mode=settings.sni, idle_s=settings.idle_timeout_s,
+            lifetime_s=settings.max_tunnel_lifetime_s,
+        )
+        self.tunnels.add(tunnel)
+        tunnel.start(early)
+        return tunnel

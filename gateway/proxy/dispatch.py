@@ -1,0 +1,120 @@
+"""Plain HTTP dispatch: decide one absolute-URI request and put it on an upstream connection.
+
+Owns the step between a parsed request head and `UpstreamConnection.start`: the decision through
+`ProxyDecisions` and the egress core (synchronous when `EgressCore.pin_cached` can decide, so a
+keep-alive request costs no task; an owned task awaiting `EgressCore.pin` on a DNS cache miss),
+the decision record, the rewritten upstream head, a pooled connection or a fresh pinned dial,
+and the one retry of a request a stale pooled connection dropped.
+
+Never writes to the client itself: refusals and failures go back through the exchange's
+`ClientSide`, which owns the client connection's framing and keep-alive.
+"""
+
+from __future__ import annotations
+
+import time
+
+from gateway.egress.connect import open_pinned_connection
+from gateway.egress.target import EgressCore, PinnedTarget
+from gateway.errors import GatewayError
+from gateway.observe import metrics
+from gateway.policy.load import LoadedPolicy
+from gateway.policy.model import Principal
+from gateway.proxy.decisions import ForwardTarget, ProxyDecisions
+from gateway.proxy.forward import ForwardExchange, UpstreamConnection, build_request_head
+from gateway.proxy.pool import UpstreamPool
+from gateway.tasks import spawn
+
+_HTTP_LATENCY = metrics.CONNECT_SECONDS.labels("http")
+
+
+class ForwardDispatcher:
+    """Shared by every client connection of a listener: the decision and the upstream choice."""
+
+    def __init__(self, core: EgressCore, decisions: ProxyDecisions, pool: UpstreamPool) -> None:
+        self.core = core
+        self.decisions = decisions
+        self.pool = pool
+
+    def start(self, exchange: ForwardExchange, url: bytes, headers: list[tuple[bytes, bytes]],
+              authorization: bytes | None, named: frozenset[bytes]) -> None:
+        """Decide and send: synchronously when no DNS query is needed, else in an owned task."""
+        loaded = self.core.loaded
+        principal: Principal | None = None
+        forward: ForwardTarget | None = None
+        try:
+            principal = self.decisions.principal_for(loaded, authorization)
+            forward = self.decisions.forward_target(url)
+            target = self.core.pin_cached(principal, forward.host, forward.port, loaded)
+        except GatewayError as error:
+            self._deny(exchange, error, loaded, principal, forward)
+            return
+        if target is None:
+            spawn(self._pin_then_send(exchange, principal, forward, headers, loaded, named=named), name="proxy-forward")
+            return
+        self._send(exchange, principal, forward, target, headers, loaded=loaded, named=named)
+
+    def retry(self, exchange: ForwardExchange) -> None:
+        """Send a request again on a fresh connection (a pooled one died before answering it)."""
+        timeout_s = self.core.loaded.policy.proxy.connect_timeout_s
+        spawn(self._send_on_fresh_connection(exchange, exchange.request_head, timeout_s), name="proxy-retry")
+
+    async def _pin_then_send(
+        self, exchange: ForwardExchange, principal: Principal, forward: ForwardTarget,
+        headers: list[tuple[bytes, bytes]], loaded: LoadedPolicy, *, named: frozenset[bytes],
+    ) -> None:
+        try:
+            target = await self.core.pin(principal, forward.host, forward.port, loaded=loaded)
+        except GatewayError as error:
+            self._deny(exchange, error, loaded, principal, forward)
+            return
+        if exchange.client.closed:
+            return  # the client left while we resolved; its connection_lost already cleaned up
+        self._send(exchange, principal, forward, target, headers, loaded=loaded, named=named)
+
+    def _send(
+        self, exchange: ForwardExchange, principal: Principal, forward: ForwardTarget, target: PinnedTarget,
+        headers: list[tuple[bytes, bytes]], *, loaded: LoadedPolicy, named: frozenset[bytes],
+    ) -> None:
+        exchange.principal = principal.name
+        exchange.target = target
+        self.decisions.record_allow("http", principal, target, method=self.decisions.method_name(exchange.method))
+        settings = loaded.policy.proxy
+        exchange.max_response_bytes = settings.max_response_bytes
+        exchange.response_idle_s = settings.idle_timeout_s
+        head = build_request_head(exchange.method, forward.origin_form, forward.authority, headers,
+                                  exchange.chunked_request, named=named)
+        upstream = self.pool.acquire(target)
+        if upstream is None:
+            spawn(self._send_on_fresh_connection(exchange, head, settings.connect_timeout_s), name="proxy-dial")
+            return
+        upstream.start(exchange, head)
+
+    async def _send_on_fresh_connection(self, exchange: ForwardExchange, head: bytes, timeout_s: float) -> None:
+        target = exchange.target
+        assert target is not None
+        pool = self.pool
+        started = time.perf_counter()
+        try:
+            _, upstream, address = await open_pinned_connection(
+                target, lambda: UpstreamConnection(pool, ("", "", 0)), timeout_s=timeout_s
+            )
+        except GatewayError as error:
+            exchange.client.fail_exchange(exchange, str(error.code), error.message)
+            return
+        _HTTP_LATENCY.observe(time.perf_counter() - started)
+        upstream.key = (address, target.name, target.port)
+        if exchange.client.closed:
+            upstream.close()
+            return
+        upstream.start(exchange, head)
+
+    def _deny(
+        self, exchange: ForwardExchange, error: GatewayError, loaded: LoadedPolicy,
+        principal: Principal | None, forward: ForwardTarget | None,
+    ) -> None:
+        self.decisions.record_deny(
+            "http", principal.name if principal else None, forward.host.name if forward else None,
+            forward.port if forward else None, error=error, generation=loaded.generation,
+        )
+        exchange.client.refuse_exchange(exchange, error)

@@ -1,0 +1,101 @@
+"""The upstream keep-alive pool of plain HTTP forwarding, keyed by (vetted address, host, port).
+
+Owns idle upstream connections between requests: a connection is only ever reused for the same
+vetted address and the same name and port it was opened for (a pinned decision is never widened
+by reuse), most recently used first, bounded per key and in total, and closed once idle too long.
+
+Never dials and never decides: it hands back what a `PinnedTarget` already allows, or nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from gateway.egress.target import PinnedTarget
+
+if TYPE_CHECKING:
+    from gateway.proxy.forward import UpstreamConnection
+
+PoolKey = tuple[str, str, int]
+
+MAX_IDLE_PER_KEY = 64
+MAX_IDLE_TOTAL = 1024
+MAX_CACHED_POOL_KEYS = 4096
+POOL_IDLE_TIMEOUT_S = 30.0
+# Idle connections are swept in rounds rather than each with its own timer (a timer armed and
+# cancelled per request costs more than the request's pool bookkeeping): a connection lives
+# between POOL_IDLE_TIMEOUT_S and POOL_IDLE_TIMEOUT_S + POOL_SWEEP_S once idle.
+POOL_SWEEP_S = 5.0
+
+
+class UpstreamPool:
+    """Idle keep-alive connections by (vetted address, host, port): reuse only what was vetted."""
+
+    def __init__(self) -> None:
+        self._idle: dict[PoolKey, list[UpstreamConnection]] = {}
+        self._count = 0
+        self._keys: dict[tuple[tuple[object, ...], str, int], tuple[PoolKey, ...]] = {}
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def _keys_for(self, target: PinnedTarget) -> tuple[PoolKey, ...]:
+        # Formatting an IP address is slow in pure Python; a target's keys are formatted once.
+        lookup = (target.addresses, target.name, target.port)
+        keys = self._keys.get(lookup)
+        if keys is None:
+            keys = tuple((str(address), target.name, target.port) for address in target.addresses)
+            if len(self._keys) >= MAX_CACHED_POOL_KEYS:
+                self._keys.clear()
+            self._keys[lookup] = keys
+        return keys
+
+    def acquire(self, target: PinnedTarget) -> UpstreamConnection | None:
+        """An idle connection to one of the target's vetted addresses (most recently used first)."""
+        for key in self._keys_for(target):
+            idle = self._idle.get(key)
+            while idle:
+                conn = idle.pop()
+                self._count -= 1
+                if conn.transport is not None and not conn.transport.is_closing():
+                    return conn
+        return None
+
+    def release(self, conn: UpstreamConnection) -> None:
+        idle = self._idle.setdefault(conn.key, [])
+        if len(idle) >= MAX_IDLE_PER_KEY or self._count >= MAX_IDLE_TOTAL or conn.transport is None:
+            conn.close()
+            return
+        idle.append(conn)
+        self._count += 1
+        conn.parked_at = time.monotonic()
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().call_later(POOL_SWEEP_S, self._sweep)
+
+    def _sweep(self) -> None:
+        """Close connections idle for longer than POOL_IDLE_TIMEOUT_S (the oldest lead each list)."""
+        self._sweeper = None
+        cutoff = time.monotonic() - POOL_IDLE_TIMEOUT_S
+        expired = [conn for idle in self._idle.values() for conn in idle if conn.parked_at <= cutoff]
+        for conn in expired:
+            conn.close()
+        if self._count:
+            self._sweeper = asyncio.get_running_loop().call_later(POOL_SWEEP_S, self._sweep)
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        idle = self._idle.get(conn.key)
+        if idle and conn in idle:
+            idle.remove(conn)
+            self._count -= 1
+            if not idle:
+                del self._idle[conn.key]
+
+    def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for idle in list(self._idle.values()):
+            for conn in list(idle):
+                conn.close()
+        self._idle.clear()
+        self._count = 0
