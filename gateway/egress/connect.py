@@ -68,9 +68,7 @@ async def open_pinned_connection(
         except (OSError, TimeoutError) as exc:
             last = exc
             continue
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # asyncio and uvloop already set TCP_NODELAY on every TCP transport they create.
         return transport, protocol, str(address)
     assert last is not None
     raise GatewayError(ErrorCode.CONNECT_FAILURE, describe_connect_error(last, target))

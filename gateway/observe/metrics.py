@@ -68,10 +68,10 @@ HTTP_FORWARD_SECONDS = Histogram(
     buckets=_LATENCY_BUCKETS_S,
     registry=REGISTRY,
 )
-HTTP_RESPONSE_BYTES = Histogram(
-    "egress_gateway_http_response_bytes",
-    "Response body sizes relayed by the plain HTTP forwarder.",
-    buckets=_SIZE_BUCKETS_BYTES,
+HTTP_FORWARD_BYTES = Counter(
+    "egress_gateway_http_forward_bytes_total",
+    "Body bytes relayed by the plain HTTP forwarder by direction (upstream, downstream).",
+    ["direction"],
     registry=REGISTRY,
 )
 TOOL_CALLS = Counter(

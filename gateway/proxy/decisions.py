@@ -34,6 +34,9 @@ MAX_CACHED_TARGETS = 4096
 # Longer request targets are parsed every time: the cache must stay small (4096 entries of at most 512 B).
 MAX_CACHED_URL_BYTES = 512
 
+_FORWARD_UP = metrics.HTTP_FORWARD_BYTES.labels("upstream")
+_FORWARD_DOWN = metrics.HTTP_FORWARD_BYTES.labels("downstream")
+
 
 @dataclass(frozen=True, slots=True)
 class ForwardTarget:
@@ -124,6 +127,8 @@ class ProxyDecisions:
         """The close audit line of a forwarded request (none for a request that was never allowed)."""
         target = exchange.target
         if target is not None:
+            _FORWARD_UP.inc(exchange.bytes_up)
+            _FORWARD_DOWN.inc(exchange.bytes_down)
             self.audit.write(
                 "close", kind="http", principal=exchange.principal, host=target.name, port=target.port,
                 bytes_up=exchange.bytes_up, bytes_down=exchange.bytes_down,

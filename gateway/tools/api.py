@@ -146,6 +146,8 @@ class ToolsApi:
             duration_s=round(duration, 6),
             **audit,
         )
+        # A tool answer never leaves before its audit line is written.
+        self._audit.flush()
 
     async def invoke(self, tool: str, context: CallContext, payload: Any, audit: dict[str, Any]) -> dict[str, Any]:
         """Run one tool call for `context`; shared by the HTTP handlers and the CLI."""

@@ -15,7 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +172,18 @@ class GatewayProcess:
         if not self.audit_path.exists():
             return []
         return [orjson.loads(line) for line in self.audit_path.read_bytes().splitlines() if line.strip()]
+
+    def wait_audit(
+        self, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 5.0
+    ) -> list[dict[str, Any]]:
+        """Audit lines once `predicate` holds: a proxy close line is written when the proxy
+        sees the close, which can be just after the client has its answer."""
+        deadline = time.monotonic() + timeout_s
+        lines = self.audit_lines()
+        while not predicate(lines) and time.monotonic() < deadline:
+            time.sleep(0.02)
+            lines = self.audit_lines()
+        return lines
 
     def signal(self, signum: int) -> None:
         assert self.process is not None

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import base64
 import socket
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,18 +37,6 @@ class ProxyProcess(GatewayProcess):
     @property
     def url(self) -> str:
         return self.proxy_url
-
-    def wait_audit(
-        self, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 5.0
-    ) -> list[dict[str, Any]]:
-        """Audit lines once `predicate` holds: a close line is written when the proxy sees the
-        close, which can be just after the client has its answer."""
-        deadline = time.monotonic() + timeout_s
-        lines = self.audit_lines()
-        while not predicate(lines) and time.monotonic() < deadline:
-            time.sleep(0.02)
-            lines = self.audit_lines()
-        return lines
 
     def rss_kib(self) -> int:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
