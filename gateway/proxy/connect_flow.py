@@ -14,14 +14,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
+from gateway.egress.urls import VettedHost
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
+from gateway.policy.load import LoadedPolicy
 from gateway.policy.model import Principal, ProxySettings
+from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.decisions import ProxyDecisions
 from gateway.proxy.heads import parse_connect_authority
 from gateway.proxy.tunnel import Tunnel, UpstreamTunnelProtocol
@@ -32,16 +34,24 @@ LIMIT_RETRY_AFTER_S = 1.0
 _CONNECT_LATENCY = metrics.CONNECT_SECONDS.labels("connect")
 
 
-@dataclass(frozen=True, slots=True)
-class DialedTunnel:
-    """An allowed CONNECT whose upstream is connected, not yet answered with 200."""
+# The connected upstream: its transport, its protocol, and the address it was dialed at.
+DialedUpstream = tuple[asyncio.Transport, UpstreamTunnelProtocol, str]
 
-    principal: Principal
-    target: PinnedTarget
-    upstream: asyncio.Transport
-    upstream_proto: UpstreamTunnelProtocol
-    address: str
-    settings: ProxySettings
+
+class TunnelRequest:
+    """A CONNECT that passed principal, authority and limits (counted), with its decision when
+    cached state sufficed (`target`), else None until `EgressCore.pin` has answered."""
+
+    __slots__ = ("address_texts", "host", "loaded", "port", "principal", "target")
+
+    def __init__(self, principal: Principal, host: VettedHost, port: int, target: PinnedTarget | None,
+                 loaded: LoadedPolicy, *, address_texts: list[str] | None) -> None:
+        self.principal = principal
+        self.host = host
+        self.port = port
+        self.target = target
+        self.loaded = loaded
+        self.address_texts = address_texts
 
 
 class TunnelOpener:
@@ -87,63 +97,91 @@ class TunnelOpener:
         self._on_closed()
 
     # opening ------------------------------------------------------------------------------------
-    async def dial(self, raw_target: bytes, authorization: bytes | None) -> DialedTunnel:
-        """Principal → authority → limits → decision → pinned dial. A refusal is recorded (decision
-        audit line and count) and raised; the caller only answers it."""
+    def decide(self, raw_target: bytes, authorization: bytes | None) -> TunnelRequest:
+        """Principal → authority → limits → decision, without awaiting when cached state suffices.
+
+        A refusal is recorded (decision audit line and count) and raised; the caller only answers
+        it, so a refused CONNECT costs no task. The decision itself is the egress core's
+        (`pin_cached`, or `pin` later in `dial` when DNS must be asked), under the policy
+        generation current now."""
         loaded = self.core.loaded
-        settings = loaded.policy.proxy
         decisions = self.decisions
         principal_name: str | None = None
         host_name: str | None = None
         port: int | None = None
         reserved = False
-        target: PinnedTarget | None = None
         try:
             principal = decisions.principal_for(loaded, authorization)
             principal_name = principal.name
             authority = parse_connect_authority(raw_target, decisions.vetted_host)
             host_name, port = authority.host.name, authority.port
-            self.reserve(principal.name, settings)
+            self.reserve(principal_name, loaded.policy.proxy)
             reserved = True
-            target = self.core.pin_cached(principal, authority.host, authority.port, loaded)
-            if target is None:
-                target = await self.core.pin(principal, authority.host, authority.port, loaded=loaded)
-            started = time.perf_counter()
-            upstream, proto, address = await open_pinned_connection(
-                target, UpstreamTunnelProtocol, timeout_s=settings.connect_timeout_s
-            )
-            _CONNECT_LATENCY.observe(time.perf_counter() - started)
+            target = self.core.pin_cached(principal, authority.host, port, loaded)
         except GatewayError as error:
             if reserved:
                 self.release(principal_name or "")
+            decisions.record_deny("connect", principal_name, host_name, port, error=error,
+                                  generation=loaded.generation)
+            raise
+        texts = decisions.address_texts(target.addresses) if target is not None else None
+        return TunnelRequest(principal, authority.host, port, target, loaded, address_texts=texts)
+
+    async def dial(self, request: TunnelRequest) -> DialedUpstream:
+        """The decision if DNS had to be asked, then the pinned dial. A refusal or a failed dial is
+        recorded, the reservation released, and the error raised."""
+        loaded = request.loaded
+        principal = request.principal
+        target = request.target
+        try:
             if target is None:
-                decisions.record_deny("connect", principal_name, host_name, port, error=error,
-                                      generation=loaded.generation)
+                target = await self.core.pin(principal, request.host, request.port, loaded=loaded)
+                request.target = target
+                request.address_texts = self.decisions.address_texts(target.addresses)
+            started = time.perf_counter()
+            upstream, proto, address = await open_pinned_connection(
+                target, UpstreamTunnelProtocol, timeout_s=loaded.policy.proxy.connect_timeout_s,
+                address_texts=request.address_texts,
+            )
+            _CONNECT_LATENCY.observe(time.perf_counter() - started)
+        except GatewayError as error:
+            self.release(principal.name)
+            if target is None:
+                self.decisions.record_deny("connect", principal.name, request.host.name, request.port, error=error,
+                                           generation=loaded.generation)
             else:
                 # Allowed, but the dial failed: an error outcome, and a close line for the audit trail.
-                decisions.count_decision("connect", "error", str(error.code))
-                self.audit.write("close", kind="connect", principal=principal_name, host=host_name, port=port,
-                                 bytes_up=0, bytes_down=0, duration_s=0.0, close_reason=str(error.code))
+                self.decisions.count_decision("connect", "error", str(error.code))
+                self.audit.write("close", kind="connect", principal=principal.name, host=target.name,
+                                 port=target.port, bytes_up=0, bytes_down=0, duration_s=0.0,
+                                 close_reason=str(error.code))
             raise
-        return DialedTunnel(principal, target, upstream, proto, address, settings)
+        except BaseException:
+            # Cancelled (shutdown): the reservation must not leak.
+            self.release(principal.name)
+            raise
+        return upstream, proto, address
 
-    def abandon(self, dialed: DialedTunnel) -> None:
+    def abandon(self, request: TunnelRequest, upstream: asyncio.Transport) -> None:
         """The client left (or the gateway began draining) while the upstream was being dialed."""
-        dialed.upstream.close()
-        self.release(dialed.principal.name)
+        upstream.close()
+        self.release(request.principal.name)
 
-    def establish(self, client: asyncio.Transport, dialed: DialedTunnel, early: bytes) -> Tunnel:
+    def establish(self, client: asyncio.Transport, request: TunnelRequest, dialed: DialedUpstream,
+                  early: bytes, deadline: LazyDeadline) -> Tunnel:
         """Record the decision, answer 200, and start splicing (with the SNI gate first)."""
-        target = dialed.target
-        settings = dialed.settings
-        self.decisions.record_allow("connect", dialed.principal, target)
+        target = request.target
+        assert target is not None
+        settings = request.loaded.policy.proxy
+        upstream, upstream_proto, address = dialed
+        self.decisions.record_allow("connect", request.principal, target, address_texts=request.address_texts)
         client.write(CONNECT_ESTABLISHED)
         tunnel = Tunnel(
-            owner=self, audit=self.audit, client=client, upstream=dialed.upstream,
-            upstream_proto=dialed.upstream_proto, principal=dialed.principal.name, connect_host=target.name,
-            host_is_ip=target.host.ip is not None, port=target.port, address=dialed.address,
-            generation=target.generation, sni_mode=settings.sni, idle_s=settings.idle_timeout_s,
-            lifetime_s=settings.max_tunnel_lifetime_s,
+            owner=self, audit=self.audit, client=client, upstream=upstream, upstream_proto=upstream_proto,
+            principal=request.principal.name, connect_host=target.name, host_is_ip=target.host.ip is not None,
+            port=target.port, address=address, generation=target.generation, sni_mode=settings.sni,
+            idle_s=settings.idle_timeout_s, lifetime_s=settings.max_tunnel_lifetime_s,
+            deadline=deadline,
         )
         self.tunnels.add(tunnel)
         tunnel.start(early)

@@ -15,16 +15,20 @@ from collections.abc import Callable
 class LazyDeadline:
     """Calls `on_expiry` once the current deadline passes, unless it was cleared or moved on."""
 
-    __slots__ = ("_due", "_on_expiry", "_timer")
+    __slots__ = ("_due", "_loop", "_on_expiry", "_timer")
 
-    def __init__(self, on_expiry: Callable[[], None]) -> None:
+    def __init__(self, on_expiry: Callable[[], None], loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._on_expiry = on_expiry
+        # Kept, not looked up per call: asyncio.get_running_loop() costs a getpid() syscall each time.
+        self._loop = loop
         self._due: float | None = None
         self._timer: asyncio.TimerHandle | None = None
 
     def set(self, delay_s: float) -> None:
         """The deadline is now `delay_s` from now (earlier or later than before)."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         due = loop.time() + delay_s
         self._due = due
         timer = self._timer
@@ -50,7 +54,8 @@ class LazyDeadline:
         due = self._due
         if due is None:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        assert loop is not None  # set() ran before the timer existed
         if loop.time() < due:
             self._timer = loop.call_at(due, self._fire)
             return

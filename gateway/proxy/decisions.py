@@ -142,14 +142,17 @@ class ProxyDecisions:
             counter = self._decision_counters[key] = metrics.DECISIONS.labels(kind, decision, code)
         counter.inc()
 
-    def record_allow(self, kind: str, principal: Principal, target: PinnedTarget, **extra: object) -> None:
+    def record_allow(self, kind: str, principal: Principal, target: PinnedTarget, *,
+                     address_texts: list[str] | None = None, **extra: object) -> None:
+        """`address_texts`: `target.addresses` already formatted by the caller (saves a lookup)."""
         would = target.would_deny
         decision = "would_deny" if would is not None else "allow"
         code = str(would.code) if would is not None else ""
         self.count_decision(kind, decision, code)
         self.audit.decision(
             kind=kind, principal=principal.name, host=target.name, port=target.port,
-            addresses=self.address_texts(target.addresses), decision=decision, code=code or None,
+            addresses=address_texts if address_texts is not None else self.address_texts(target.addresses),
+            decision=decision, code=code or None,
             reason=would.message if would is not None else None, generation=target.generation,
             **extra,
         )

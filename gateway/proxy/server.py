@@ -24,7 +24,7 @@ from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
-from gateway.proxy.connect_flow import TunnelOpener
+from gateway.proxy.connect_flow import TunnelOpener, TunnelRequest
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.decisions import ProxyDecisions
 from gateway.proxy.dispatch import ForwardDispatcher
@@ -57,6 +57,7 @@ class ProxyServer:
         self.connections: set[ClientConnection] = set()
         self._server: asyncio.AbstractServer | None = None
         self._quiet = asyncio.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def port(self) -> int:
@@ -66,7 +67,7 @@ class ProxyServer:
         return port
 
     async def start(self, host: str, port: int) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: ClientConnection(self), host, port, backlog=LISTEN_BACKLOG, reuse_address=True
         )
@@ -131,7 +132,7 @@ class ClientConnection(asyncio.Protocol):
         self._early = bytearray()
         self._pause_mask = 0
         # One deadline serves the head deadline and the keep-alive idle time (which one: _idle_timer).
-        self._deadline = LazyDeadline(self._timeout)
+        self._deadline = LazyDeadline(self._timeout, server.loop)
         self._idle_timer = False
         self._connection_values: list[bytes] = []
         self._eof = False
@@ -372,16 +373,24 @@ class ClientConnection(asyncio.Protocol):
         self._set_deadline(self.server.core.loaded.policy.proxy.idle_timeout_s, idle=True)
 
     def _begin_connect(self, early: bytes) -> None:
+        opener = self.server.tunnels
+        try:
+            # Decided here when cached state suffices: a refusal is answered without a task.
+            request = opener.decide(self._url, self._authorization)
+        except GatewayError as error:
+            self.transport.write(error_response(error, keep_alive=False))
+            self._close()
+            return
         # Reading continues while the upstream is dialed (no pause/resume pair per tunnel);
         # data_received holds whatever arrives until the tunnel exists.
         self._connecting = True
         self._early += early
-        spawn(self._open_tunnel(self._url, self._authorization), name="proxy-connect")
+        spawn(self._open_tunnel(request), name="proxy-connect")
 
-    async def _open_tunnel(self, raw_target: bytes, authorization: bytes | None) -> None:
+    async def _open_tunnel(self, request: TunnelRequest) -> None:
         opener = self.server.tunnels
         try:
-            dialed = await opener.dial(raw_target, authorization)
+            dialed = await opener.dial(request)
         except GatewayError as error:
             self._connecting = False
             if not self._closed:
@@ -390,16 +399,20 @@ class ClientConnection(asyncio.Protocol):
             return
         self._connecting = False
         if self._closed or self.server.draining:
-            opener.abandon(dialed)
+            opener.abandon(request, dialed[0])
             self._close()
             return
         self._parser = None  # a tunnel never parses HTTP again; free the parser's memory
         self._headers = []
-        early, self._early = bytes(self._early), bytearray()
-        tunnel = self._tunnel = opener.establish(self.transport, dialed, early)
+        early = self._early
+        if early:
+            self._early = bytearray()
+        tunnel = self._tunnel = opener.establish(self.transport, request, dialed, bytes(early) if early else b"",
+                                                 self._deadline)
         if tunnel.closed:
             return
-        self.transport.resume_reading()  # a no-op unless data_received paused it
+        if len(early) > MAX_PEEK_BYTES:
+            self.transport.resume_reading()  # data_received paused reading while we dialed
         if self._eof:
             tunnel.client_eof()  # the client half-closed while we dialed
 
@@ -439,6 +452,9 @@ class ClientConnection(asyncio.Protocol):
         self._deadline.set(delay_s)
 
     def _timeout(self) -> None:
+        if self._tunnel is not None:
+            self._tunnel.deadline_check()  # the tunnel's idle time or lifetime
+            return
         # Head deadline or keep-alive idle time passed: drop without a response (a slowloris
         # client is not owed one, and an idle keep-alive close is normal HTTP/1.1).
         if not self.busy and not self._closed:

@@ -19,10 +19,14 @@ from typing import Protocol, cast
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.policy.model import SniMode
+from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.sni import MAX_PEEK_BYTES, ClientHelloPeek, PeekStatus, peek_client_hello
 
-WRITE_HIGH_WATER_BYTES = 256 * 1024
-WRITE_LOW_WATER_BYTES = 64 * 1024
+# Per direction, the most a tunnel buffers before it stops reading the other side: large enough
+# that a bulk transfer rarely pauses (each pause/resume is a wake-up and epoll change), small
+# enough to bound memory per busy tunnel. Idle tunnels hold nothing.
+WRITE_HIGH_WATER_BYTES = 1024 * 1024
+WRITE_LOW_WATER_BYTES = 256 * 1024
 TLS_PORTS = frozenset({443})
 EOF_FROM_CLIENT = 1
 EOF_FROM_UPSTREAM = 2
@@ -111,9 +115,9 @@ class Tunnel:
     """An established CONNECT tunnel. The listener forwards client events to it."""
 
     __slots__ = (
-        "address", "audit", "bytes_down", "bytes_up", "client", "close_reason", "closed", "connect_host", "ends_at",
-        "eofs", "generation", "host_is_ip", "idle_s", "last_activity", "owner", "peek_buffer", "port", "principal",
-        "sni_mode", "started", "timer", "upstream", "upstream_proto",
+        "address", "audit", "bytes_down", "bytes_up", "client", "close_reason", "closed", "connect_host", "deadline",
+        "ends_at", "eofs", "generation", "host_is_ip", "idle_s", "last_activity", "owner", "peek_buffer", "port",
+        "principal", "sni_mode", "started", "upstream", "upstream_proto",
     )
 
     def __init__(
@@ -133,6 +137,7 @@ class Tunnel:
         sni_mode: SniMode,
         idle_s: float,
         lifetime_s: float,
+        deadline: LazyDeadline,
     ) -> None:
         self.owner = owner
         self.audit = audit
@@ -157,10 +162,11 @@ class Tunnel:
         # None: the first flight has been checked (or needs no check) and bytes flow freely.
         self.peek_buffer: bytearray | None = bytearray() if sni_mode != "off" else None
         self.ends_at = self.started + lifetime_s
-        # One timer for both limits, re-armed only when it fires: a tunnel setup costs one timer.
-        self.timer: asyncio.TimerHandle = asyncio.get_running_loop().call_later(
-            min(idle_s, lifetime_s), self._deadline_check
-        )
+        # The client connection's deadline serves both limits: its timer, armed at accept for the
+        # head deadline, fires first and re-arms for the time left, so a tunnel setup arms no
+        # timer of its own. The owner routes its expiry to `deadline_check`.
+        self.deadline = deadline
+        deadline.set(min(idle_s, lifetime_s))
         client.set_write_buffer_limits(WRITE_HIGH_WATER_BYTES, WRITE_LOW_WATER_BYTES)
         metrics.ACTIVE_TUNNELS.inc()
 
@@ -236,7 +242,8 @@ class Tunnel:
         self.close("upstream_reset" if exc is not None else "upstream_closed")
 
     # lifecycle ---------------------------------------------------------------------------------
-    def _deadline_check(self) -> None:
+    def deadline_check(self) -> None:
+        """The deadline passed: close on lifetime or idle time, else set it for the time left."""
         if self.closed:
             return
         now = time.monotonic()
@@ -247,7 +254,7 @@ class Tunnel:
         if idle_left <= 0:
             self.close("idle_timeout")
             return
-        self.timer = asyncio.get_running_loop().call_later(min(idle_left, self.ends_at - now), self._deadline_check)
+        self.deadline.set(min(idle_left, self.ends_at - now))
 
     def close(self, reason: str, *, abort: bool = False) -> None:
         """Close both sides once (flushing what is buffered unless aborting) and write the audit line."""
@@ -255,7 +262,7 @@ class Tunnel:
             return
         self.closed = True
         self.close_reason = reason
-        self.timer.cancel()
+        self.deadline.cancel()
         for transport in (self.client, self.upstream):
             if not transport.is_closing():
                 if abort:
@@ -273,9 +280,14 @@ class Tunnel:
             _DOWN.inc(self.bytes_down)
         self.audit.write(
             "close", kind="connect", principal=self.principal, host=self.connect_host, port=self.port,
-            bytes_up=self.bytes_up, bytes_down=self.bytes_down, duration_s=round(duration, 6), close_reason=reason,
+            bytes_up=self.bytes_up, bytes_down=self.bytes_down, duration_s=_microseconds(duration), close_reason=reason,
         )
         self.owner.tunnel_closed(self)
+
+
+def _microseconds(seconds: float) -> float:
+    # round(x, 6) formats and parses a decimal string; this gives the same value without it.
+    return round(seconds * 1e6) / 1e6
 
 
 def _can_half_close(transport: asyncio.Transport) -> bool:

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import socket
 import ssl
 import subprocess
+import time
 from collections.abc import Callable
 
 import httpx
 import pytest
 from aiohttp import web
 
+from gateway.egress.connect import open_pinned_connection
+from gateway.egress.target import PinnedTarget
+from gateway.egress.urls import vet_host
+from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.decide import token_digest
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
@@ -252,3 +259,55 @@ def test_egress_gateway_serve_proxies_connect_on_its_proxy_listener(
     assert result.returncode == 0, (result.stderr, gateway.stderr())
     assert result.stdout.startswith("hello from docs.example.org")
     assert gateway.stop() == 0
+
+
+# --- the dial's own deadline (gateway/egress/connect.py) ------------------------------------------
+
+
+def _unanswering_listener() -> tuple[socket.socket, list[socket.socket]]:
+    """A listener whose accept queue is full: the kernel drops further SYNs, so a connect hangs."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(listener.getsockname())
+        fillers.append(filler)
+    return listener, fillers
+
+
+def _pinned(port: int) -> PinnedTarget:
+    return PinnedTarget(vet_host("127.0.0.1"), port, (ipaddress.ip_address("127.0.0.1"),), 1, 0.0)
+
+
+async def test_a_dial_that_gets_no_answer_fails_as_timed_out_after_connect_timeout() -> None:
+    listener, fillers = _unanswering_listener()
+    try:
+        started = time.monotonic()
+        with pytest.raises(GatewayError, match="timed out") as caught:
+            await open_pinned_connection(_pinned(listener.getsockname()[1]), asyncio.Protocol, timeout_s=0.2)
+        assert caught.value.code == ErrorCode.CONNECT_FAILURE
+        assert time.monotonic() - started < 2.0
+        current = asyncio.current_task()
+        assert current is not None
+        assert current.cancelling() == 0, "the timeout's own cancellation was not undone"
+    finally:
+        for sock in [listener, *fillers]:
+            sock.close()
+
+
+async def test_a_dial_cancelled_from_outside_stays_cancelled_not_a_timeout() -> None:
+    listener, fillers = _unanswering_listener()
+    try:
+        dial = asyncio.ensure_future(
+            open_pinned_connection(_pinned(listener.getsockname()[1]), asyncio.Protocol, timeout_s=5.0)
+        )
+        await asyncio.sleep(0.05)
+        dial.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await dial
+    finally:
+        for sock in [listener, *fillers]:
+            sock.close()

@@ -122,6 +122,30 @@ def test_idle_tunnel_is_closed_after_the_idle_timeout(proxy_factory: ProxyFactor
     assert closes[-1]["close_reason"] == "idle_timeout"
 
 
+def test_a_busy_tunnel_is_still_closed_at_its_maximum_lifetime(
+    proxy_factory: ProxyFactory, origins: OriginFactory
+) -> None:
+    # The tunnel's limits ride on the client connection's deadline (armed at accept for the head
+    # deadline): activity must keep the idle limit away but never the lifetime.
+    origin = origins.start(Pusher().app(), names=("bulk.example.org",), tls=False)
+    proxy = proxy_factory(proxy_policy([origin.cidr], ports=[origin.port],
+                                       proxy={"idle_timeout_s": 0.4, "max_tunnel_lifetime_s": 1.5, "sni": "off"}))
+    with _open_tunnel(proxy, f"bulk.example.org:{origin.port}") as sock:
+        sock.settimeout(10)
+        started = time.monotonic()
+        with contextlib.suppress(OSError):
+            # One header line trickled byte by byte: activity the origin keeps waiting on.
+            sock.sendall(b"GET /push HTTP/1.1\r\nX-Slow: ")
+            while time.monotonic() - started < 8:
+                sock.sendall(b"a")  # more often than the idle limit
+                time.sleep(0.1)
+        elapsed = time.monotonic() - started
+    assert 1.0 < elapsed < 5.0, elapsed
+    lines = proxy.wait_audit(lambda lines: any(line["event"] == "close" for line in lines))
+    closes = [line for line in lines if line["event"] == "close"]
+    assert closes[-1]["close_reason"] == "max_lifetime"
+
+
 def _tls_get(tls: ssl.SSLSocket, host: str) -> bytes:
     tls.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
     data = b""
