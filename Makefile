@@ -25,8 +25,8 @@ test: $(STAMP) system-deps
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway
-	$(BIN)/mypy --strict gateway
+	$(BIN)/ruff check gateway tests bench
+	$(BIN)/mypy --strict gateway tests bench
 
 chart: $(STAMP)
 	scripts/install-helm.sh

@@ -38,7 +38,7 @@ class AuditLog:
     def write(self, event: str, **fields: Any) -> None:
         if self._stream is None:
             return
-        record: dict[str, Any] = {"ts": round(time.time(), 6), "event": event}
+        record: dict[str, Any] = {"ts": time.time(), "event": event}
         record.update({k: v for k, v in fields.items() if v is not None})
         self._pending.append(orjson.dumps(record, default=str) + b"\n")
         if len(self._pending) > 1:

@@ -156,7 +156,8 @@ def gateway_container(pod_spec: Manifest) -> Manifest:
     containers = pod_spec.get("initContainers", []) + pod_spec["containers"]
     found = [c for c in containers if c["name"] == "egress-gateway"]
     assert len(found) == 1, [c["name"] for c in containers]
-    return found[0]
+    container: Manifest = found[0]
+    return container
 
 
 def env_of(container: Manifest) -> dict[str, Any]:

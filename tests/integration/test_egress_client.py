@@ -6,6 +6,7 @@ import asyncio
 import gzip
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import brotli
 import pytest
@@ -36,7 +37,7 @@ class Egress:
         self.pki = pki
         self.policy_path = tmp_path / "policy.yaml"
 
-    async def open(self, allow: list[Origin], **policy: object) -> GuardedClient:
+    async def open(self, allow: list[Origin], **policy: Any) -> GuardedClient:
         ports = sorted({80, 443, *(o.port for o in allow)})
         document = policy_document(allow_cidrs=[o.cidr for o in allow], ports=ports, **policy)
         self.policy_path.write_text(yaml.safe_dump(document))

@@ -91,7 +91,8 @@ def proxy_factory(tmp_path: Path, fake_dns: Any, pki: TestPKI) -> Iterator[Any]:
         workdir.mkdir()
         process = ProxyProcess(workdir, policy, fake_dns.nameserver, pki.ca_path, port)
         started.append(process)
-        return process.start()
+        process.start()
+        return process
 
     yield start
     for process in started:
