@@ -176,6 +176,9 @@ def test_sigterm_drains_an_open_tunnel_then_exits(
         except ConnectionRefusedError:
             refused = True
     assert refused, "the listener still accepts after SIGTERM"
+    status, readiness = proxy.readyz()
+    assert status == 503, "readiness must flip as soon as draining starts"
+    assert readiness["checks"]["not_draining"] is False
     assert _tls_get(tls, "docs.example.org").endswith(b"hello"), "the tunnel stopped working during the grace"
     assert proxy.process is not None
     assert proxy.process.poll() is None
