@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 import orjson
+import yarl
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.load import PolicyError
@@ -78,10 +79,20 @@ async def check(settings: Settings, url: str, principal_name: str | None) -> int
             result.update(allowed=True, reason=f"{vetted.host.name}:{vetted.port} allowed for {principal.name}")
     except GatewayError as exc:
         result.update(allowed=False, code=str(exc.code), reason=exc.message)
+        if result["host"] is None:
+            result["host"] = _raw_host(url)
     finally:
         await resolver.close()
     _emit(result)
     return EXIT_OK if result["allowed"] else EXIT_DENIED
+
+
+def _raw_host(url: str) -> str | None:
+    """The host as written, for a report on a URL the guard refused before canonicalising it."""
+    try:
+        return yarl.URL(url).raw_host
+    except (ValueError, TypeError, UnicodeError, IndexError):
+        return None
 
 
 async def _run_tool_once(settings: Settings, tool: str, payload: dict[str, object]) -> tuple[int, dict[str, Any]]:

@@ -198,3 +198,9 @@ def test_policy_lint_missing_file_exits_1(tmp_path: Path) -> None:
     run = run_cli("policy", "lint", str(tmp_path / "absent.yaml"))
     assert run.returncode == 1
     assert "cannot read the policy file" in run.stderr
+
+
+def test_check_names_the_host_as_written_when_the_guard_refuses_it(check_env: dict[str, str]) -> None:
+    result = run_cli("check", "http://0x7f.1/", env=check_env)
+    assert result.returncode == 3
+    assert json.loads(result.stdout)["host"] == "0x7f.1"
