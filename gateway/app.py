@@ -45,7 +45,7 @@ def _record_reload(ok: bool, generation: int) -> None:
     metrics.POLICY_GENERATION.set(generation)
 
 
-def _record_dns(duration_s: float, _ok: bool) -> None:
+def _record_dns(duration_s: float) -> None:
     metrics.DNS_LOOKUP_SECONDS.observe(duration_s)
 
 

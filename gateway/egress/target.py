@@ -10,7 +10,6 @@ produced here, in the same call: no second lookup can sneak a rebinding in betwe
 from __future__ import annotations
 
 import ipaddress
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -61,7 +60,7 @@ class EgressCore:
         resolver: Resolver,
         policy_source: Callable[[], LoadedPolicy],
         listeners: tuple[ListenAddress, ...],
-        on_dns: Callable[[float, bool], None] | None = None,
+        on_dns: Callable[[float], None] | None = None,
     ) -> None:
         self.resolver = resolver
         self._policy_source = policy_source
@@ -93,14 +92,11 @@ class EgressCore:
         if host.ip is not None:
             addresses: tuple[IPAddress, ...] = (host.ip,)
         else:
-            started = time.perf_counter()
-            try:
-                resolution = await self.resolver.resolve(host.name)
-            finally:
-                dns_s = time.perf_counter() - started
+            resolution = await self.resolver.resolve(host.name)
+            dns_s = resolution.duration_s
             # Only real lookups are timed: a cache hit would pile zeros into the DNS histogram.
             if self._on_dns and not resolution.cached:
-                self._on_dns(dns_s, True)
+                self._on_dns(dns_s)
             addresses = resolution.addresses
         return self._vet_addresses(
             loaded, principal, host, port, addresses=addresses, report=report, would_deny=would_deny, dns_s=dns_s

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gateway.budget import BudgetStore, Reservation, ToolLimits
+from gateway.budget import BudgetStore, ToolLimits
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.policy.load import LoadedPolicy
@@ -89,11 +89,11 @@ class ToolCalls:
             result = await work()
         finally:
             await self._store.release(reservation)
-        self._recheck(tool, context)
-        result["budget"] = _budget_json(reservation)
+        self._recheck(context)
+        result["budget"] = reservation.counts.to_json()
         return result
 
-    def _recheck(self, tool: Tool, context: CallContext) -> None:
+    def _recheck(self, context: CallContext) -> None:
         current = self._policy_source()
         if current.generation != context.loaded.generation:
             raise GatewayError(
@@ -102,6 +102,3 @@ class ToolCalls:
                 "while the call ran",
             )
 
-
-def _budget_json(reservation: Reservation) -> dict[str, Any]:
-    return reservation.counts.to_json()
