@@ -6,7 +6,6 @@ pinned TLS) with no redirect followed. The audit line for a search never carries
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from gateway.budget import BudgetStore
@@ -16,7 +15,7 @@ from gateway.observe import metrics
 from gateway.policy.load import LoadedPolicy
 from gateway.policy.model import Principal
 from gateway.settings import Settings
-from gateway.tools.fetch import NOTICE
+from gateway.tools.envelope import NOTICE, retrieved_at
 from gateway.tools.search.aggregate import OUTCOME_CACHED, OUTCOME_SKIPPED, SearchAggregator, SearchResult
 from gateway.tools.search.query import SearchQuery
 from gateway.tools.search.registry import engines_from_settings
@@ -110,7 +109,7 @@ class SearchTool:
         body = result.to_json()
         body.update(
             query=query.query,
-            retrievedAt=dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            retrievedAt=retrieved_at(),
             notice=NOTICE,
         )
         return body
