@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TypeVar
 
 import certifi
@@ -55,19 +55,16 @@ async def open_pinned_connection(
     protocol_factory: Callable[[], P],
     *,
     timeout_s: float,
-    address_texts: Sequence[str] | None = None,
 ) -> tuple[asyncio.Transport, P, str]:
     """Dial the vetted addresses in order; return the first that answers and the address used.
 
-    Each address gets `timeout_s`. `address_texts`, when given, must be `target.addresses`
-    formatted (a caller that caches them saves formatting an IP address twice per dial).
+    Each address gets `timeout_s`.
     """
     task = asyncio.current_task()
     assert task is not None, "dial from a task: the timeout cancels it"
     loop = task.get_loop()
-    texts = address_texts if address_texts is not None else [str(a) for a in target.addresses]
     last: BaseException | None = None
-    for text in texts:
+    for text in target.address_texts:
         # A timer that cancels this task rather than an `asyncio.timeout` block: the same
         # outcome with one TimerHandle and no context object, on the path of every tunnel setup.
         expired: list[bool] = []

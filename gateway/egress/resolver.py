@@ -69,17 +69,28 @@ class Resolver:
     def cached(self, name: str) -> Resolution | None:
         """The unexpired cached answer for `name`, or None; never queries and never awaits, so a
         caller on a hot path can decide without a task when the cache answers."""
-        entry = self._cache.get(name)
+        entry = self._fresh(name)
         if entry is None:
             return None
         expires, resolution = entry
-        if self._clock() >= expires:
-            del self._cache[name]
-            return None
-        self._cache.move_to_end(name)
         return Resolution(
             resolution.name, resolution.addresses, resolution.cname_chain, expires - self._clock(), 0.0, cached=True
         )
+
+    def cached_addresses(self, name: str) -> tuple[IPAddress, ...] | None:
+        """`cached(name).addresses` without building a `Resolution` (the proxy asks per CONNECT)."""
+        entry = self._fresh(name)
+        return entry[1].addresses if entry is not None else None
+
+    def _fresh(self, name: str) -> tuple[float, Resolution] | None:
+        entry = self._cache.get(name)
+        if entry is None:
+            return None
+        if self._clock() >= entry[0]:
+            del self._cache[name]
+            return None
+        self._cache.move_to_end(name)
+        return entry
 
     def _store(self, resolution: Resolution) -> None:
         if resolution.ttl_s <= 0:

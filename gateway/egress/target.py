@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.egress.addresses import AddressGuard, IPAddress
 from gateway.egress.resolver import Resolver
@@ -34,6 +34,12 @@ class PinnedTarget:
     generation: int
     dns_s: float
     would_deny: GatewayError | None = None
+    # `addresses` as text, formatted once per decision: the dialer and the audit line both need it,
+    # and formatting an IP address is slow in pure Python.
+    address_texts: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "address_texts", tuple(str(address) for address in self.addresses))
 
     @property
     def name(self) -> str:
@@ -69,7 +75,7 @@ class EgressCore:
         self._guard = AddressGuard()
         self._on_dns = on_dns
         self._remembered_generation = -1
-        self._remembered: dict[tuple[str, str, int, tuple[IPAddress, ...]], PinnedTarget] = {}
+        self._remembered: dict[tuple[str, str, int], PinnedTarget] = {}
 
     @property
     def loaded(self) -> LoadedPolicy:
@@ -115,21 +121,23 @@ class EgressCore:
         if host.ip is not None:
             addresses: tuple[IPAddress, ...] = (host.ip,)
         else:
-            resolution = self.resolver.cached(host.name)
-            if resolution is None:
+            cached = self.resolver.cached_addresses(host.name)
+            if cached is None:
                 # Judge the name anyway: a denied name is refused without waiting for DNS.
                 self._decide_name(loaded, principal, host, port)
                 return None
-            addresses = resolution.addresses
+            addresses = cached
         # Both checks are pure functions of (policy generation, principal, host, port, addresses):
         # an allowed outcome for the same inputs is the same outcome, so it is remembered; a
         # denial is never remembered and is decided afresh (and audited) every time.
         if loaded.generation != self._remembered_generation:
             self._remembered.clear()
             self._remembered_generation = loaded.generation
-        key = (principal.name, host.name, port, addresses)
+        # Keyed without the addresses (hashing an IPv4Address runs Python code): the remembered
+        # target is reused only when its addresses are the ones answered now.
+        key = (principal.name, host.name, port)
         target = self._remembered.get(key)
-        if target is None:
+        if target is None or (target.addresses is not addresses and target.addresses != addresses):
             report, would_deny = self._decide_name(loaded, principal, host, port)
             target = self._vet_addresses(
                 loaded, principal, host, port, addresses=addresses, report=report, would_deny=would_deny, dns_s=0.0

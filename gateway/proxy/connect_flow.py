@@ -25,7 +25,6 @@ from gateway.policy.load import LoadedPolicy
 from gateway.policy.model import Principal, ProxySettings
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.decisions import ProxyDecisions
-from gateway.proxy.heads import parse_connect_authority
 from gateway.proxy.tunnel import Tunnel, UpstreamTunnelProtocol
 
 CONNECT_ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
@@ -42,16 +41,15 @@ class TunnelRequest:
     """A CONNECT that passed principal, authority and limits (counted), with its decision when
     cached state sufficed (`target`), else None until `EgressCore.pin` has answered."""
 
-    __slots__ = ("address_texts", "host", "loaded", "port", "principal", "target")
+    __slots__ = ("host", "loaded", "port", "principal", "target")
 
     def __init__(self, principal: Principal, host: VettedHost, port: int, target: PinnedTarget | None,
-                 loaded: LoadedPolicy, *, address_texts: list[str] | None) -> None:
+                 loaded: LoadedPolicy) -> None:
         self.principal = principal
         self.host = host
         self.port = port
         self.target = target
         self.loaded = loaded
-        self.address_texts = address_texts
 
 
 class TunnelOpener:
@@ -64,6 +62,8 @@ class TunnelOpener:
         self.decisions = decisions
         self.audit = audit
         self.tunnels: set[Tunnel] = set()
+        # Read at scrape time: no gauge update per tunnel.
+        metrics.ACTIVE_TUNNELS.set_function(self.tunnels.__len__)
         self._on_closed = on_closed
         self._by_principal: dict[str, int] = {}
         self._reserved_total = 0
@@ -113,7 +113,7 @@ class TunnelOpener:
         try:
             principal = decisions.principal_for(loaded, authorization)
             principal_name = principal.name
-            authority = parse_connect_authority(raw_target, decisions.vetted_host)
+            authority = decisions.connect_authority(raw_target)
             host_name, port = authority.host.name, authority.port
             self.reserve(principal_name, loaded.policy.proxy)
             reserved = True
@@ -124,8 +124,7 @@ class TunnelOpener:
             decisions.record_deny("connect", principal_name, host_name, port, error=error,
                                   generation=loaded.generation)
             raise
-        texts = decisions.address_texts(target.addresses) if target is not None else None
-        return TunnelRequest(principal, authority.host, port, target, loaded, address_texts=texts)
+        return TunnelRequest(principal, authority.host, port, target, loaded)
 
     async def dial(self, request: TunnelRequest) -> DialedUpstream:
         """The decision if DNS had to be asked, then the pinned dial. A refusal or a failed dial is
@@ -137,11 +136,9 @@ class TunnelOpener:
             if target is None:
                 target = await self.core.pin(principal, request.host, request.port, loaded=loaded)
                 request.target = target
-                request.address_texts = self.decisions.address_texts(target.addresses)
             started = time.perf_counter()
             upstream, proto, address = await open_pinned_connection(
                 target, UpstreamTunnelProtocol, timeout_s=loaded.policy.proxy.connect_timeout_s,
-                address_texts=request.address_texts,
             )
             _CONNECT_LATENCY.observe(time.perf_counter() - started)
         except GatewayError as error:
@@ -174,7 +171,7 @@ class TunnelOpener:
         assert target is not None
         settings = request.loaded.policy.proxy
         upstream, upstream_proto, address = dialed
-        self.decisions.record_allow("connect", request.principal, target, address_texts=request.address_texts)
+        self.decisions.record_allow("connect", request.principal, target)
         client.write(CONNECT_ESTABLISHED)
         tunnel = Tunnel(
             owner=self, audit=self.audit, client=client, upstream=upstream, upstream_proto=upstream_proto,

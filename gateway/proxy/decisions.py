@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter
 
-from gateway.egress.addresses import IPAddress
 from gateway.egress.target import PinnedTarget
 from gateway.egress.urls import VettedHost, vet_host
 from gateway.errors import ErrorCode, GatewayError
@@ -26,7 +25,13 @@ from gateway.policy.decide import authenticate
 from gateway.policy.load import LoadedPolicy
 from gateway.policy.model import Principal
 from gateway.proxy.forward import ForwardExchange
-from gateway.proxy.heads import host_authority, parse_proxy_authorization, split_absolute_target
+from gateway.proxy.heads import (
+    Authority,
+    host_authority,
+    parse_connect_authority,
+    parse_proxy_authorization,
+    split_absolute_target,
+)
 
 MAX_CACHED_CREDENTIALS = 1024
 MAX_CACHED_HOSTS = 4096
@@ -56,8 +61,8 @@ class ProxyDecisions:
         self._credentials: dict[tuple[int, bytes | None], Principal] = {}
         self._hosts: dict[bytes | str, VettedHost] = {}
         self._targets: dict[bytes, ForwardTarget] = {}
+        self._authorities: dict[bytes, Authority] = {}
         self._decision_counters: dict[tuple[str, str, str], Counter] = {}
-        self._address_texts: dict[tuple[IPAddress, ...], list[str]] = {}
         self._method_names: dict[bytes, str] = {}
 
     def principal_for(self, loaded: LoadedPolicy, authorization: bytes | None) -> Principal:
@@ -107,21 +112,24 @@ class ProxyDecisions:
                 self._targets[url] = target
         return target
 
+    def connect_authority(self, raw: bytes) -> Authority:
+        """`parse_connect_authority` once per distinct CONNECT target; only successes are cached,
+        and the result depends on nothing but the target's bytes."""
+        authority = self._authorities.get(raw)
+        if authority is None:
+            authority = parse_connect_authority(raw, self.vetted_host)
+            if len(raw) <= MAX_CACHED_URL_BYTES:
+                if len(self._authorities) >= MAX_CACHED_TARGETS:
+                    self._authorities.clear()
+                self._authorities[raw] = authority
+        return authority
+
     def method_name(self, method: bytes) -> str:
         """The method as audit text (llhttp only accepts known methods, so this stays small)."""
         name = self._method_names.get(method)
         if name is None:
             name = self._method_names[method] = method.decode("ascii", "replace")
         return name
-
-    def address_texts(self, addresses: tuple[IPAddress, ...]) -> list[str]:
-        # Formatting an IP address is slow in pure Python; a cached answer is formatted once.
-        texts = self._address_texts.get(addresses)
-        if texts is None:
-            if len(self._address_texts) >= MAX_CACHED_TARGETS:
-                self._address_texts.clear()
-            texts = self._address_texts[addresses] = [str(a) for a in addresses]
-        return texts
 
     def record_exchange_close(self, exchange: ForwardExchange, reason: str) -> None:
         """The close audit line of a forwarded request (none for a request that was never allowed)."""
@@ -142,20 +150,25 @@ class ProxyDecisions:
             counter = self._decision_counters[key] = metrics.DECISIONS.labels(kind, decision, code)
         counter.inc()
 
-    def record_allow(self, kind: str, principal: Principal, target: PinnedTarget, *,
-                     address_texts: list[str] | None = None, **extra: object) -> None:
-        """`address_texts`: `target.addresses` already formatted by the caller (saves a lookup)."""
+    def record_allow(self, kind: str, principal: Principal, target: PinnedTarget, *, method: str | None = None) -> None:
         would = target.would_deny
-        decision = "would_deny" if would is not None else "allow"
-        code = str(would.code) if would is not None else ""
-        self.count_decision(kind, decision, code)
-        self.audit.decision(
-            kind=kind, principal=principal.name, host=target.name, port=target.port,
-            addresses=address_texts if address_texts is not None else self.address_texts(target.addresses),
-            decision=decision, code=code or None,
-            reason=would.message if would is not None else None, generation=target.generation,
-            **extra,
-        )
+        record: dict[str, object] = {
+            "ts": time.time(), "event": "decision", "kind": kind, "principal": principal.name, "host": target.name,
+            "port": target.port,
+            "addresses": target.address_texts,
+        }
+        if would is None:
+            self.count_decision(kind, "allow", "")
+            record["decision"] = "allow"
+        else:
+            self.count_decision(kind, "would_deny", str(would.code))
+            record["decision"] = "would_deny"
+            record["code"] = str(would.code)
+            record["reason"] = would.message
+        record["generation"] = target.generation
+        if method is not None:
+            record["method"] = method
+        self.audit.write_record(record)
 
     def record_deny(self, kind: str, principal: str | None, host: str | None, port: int | None, *,
                     error: GatewayError, generation: int) -> None:

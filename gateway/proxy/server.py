@@ -14,6 +14,7 @@ dials), never forwards or echoes the proxy credential.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import deque
 from typing import cast
@@ -69,7 +70,7 @@ class ProxyServer:
     async def start(self, host: str, port: int) -> None:
         loop = self.loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: ClientConnection(self), host, port, backlog=LISTEN_BACKLOG, reuse_address=True
+            functools.partial(ClientConnection, self), host, port, backlog=LISTEN_BACKLOG, reuse_address=True
         )
 
     async def drain(self, grace_s: float) -> None:
@@ -107,6 +108,33 @@ class ProxyServer:
 
 class ClientConnection(asyncio.Protocol):
     """One client connection: parses heads, runs exchanges one at a time, or becomes a tunnel."""
+
+    __slots__ = (
+        "_authorization",
+        "_chunked",
+        "_closed",
+        "_connecting",
+        "_connection_values",
+        "_deadline",
+        "_early",
+        "_eof",
+        "_exchange",
+        "_head_size",
+        "_headers",
+        "_idle_timer",
+        "_in_head",
+        "_keep_alive",
+        "_parser",
+        "_pause_mask",
+        "_queued",
+        "_raw_head_bytes",
+        "_receiving",
+        "_refusal",
+        "_tunnel",
+        "_url",
+        "server",
+        "transport",
+    )
 
     def __init__(self, server: ProxyServer) -> None:
         self.server = server
@@ -385,7 +413,7 @@ class ClientConnection(asyncio.Protocol):
         # data_received holds whatever arrives until the tunnel exists.
         self._connecting = True
         self._early += early
-        spawn(self._open_tunnel(request), name="proxy-connect")
+        spawn(self._open_tunnel(request), name="proxy-connect", loop=self.server.loop)
 
     async def _open_tunnel(self, request: TunnelRequest) -> None:
         opener = self.server.tunnels

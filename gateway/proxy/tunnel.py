@@ -168,7 +168,6 @@ class Tunnel:
         self.deadline = deadline
         deadline.set(min(idle_s, lifetime_s))
         client.set_write_buffer_limits(WRITE_HIGH_WATER_BYTES, WRITE_LOW_WATER_BYTES)
-        metrics.ACTIVE_TUNNELS.inc()
 
     def start(self, early: bytes) -> None:
         """Attach to the upstream protocol, deliver anything that arrived early, start reading."""
@@ -272,16 +271,16 @@ class Tunnel:
             elif abort:
                 transport.abort()
         duration = time.monotonic() - self.started
-        metrics.ACTIVE_TUNNELS.dec()
         metrics.TUNNEL_SECONDS.observe(duration)
         if self.bytes_up:
             _UP.inc(self.bytes_up)
         if self.bytes_down:
             _DOWN.inc(self.bytes_down)
-        self.audit.write(
-            "close", kind="connect", principal=self.principal, host=self.connect_host, port=self.port,
-            bytes_up=self.bytes_up, bytes_down=self.bytes_down, duration_s=_microseconds(duration), close_reason=reason,
-        )
+        self.audit.write_record({
+            "ts": time.time(), "event": "close", "kind": "connect", "principal": self.principal,
+            "host": self.connect_host, "port": self.port, "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
+            "duration_s": _microseconds(duration), "close_reason": reason,
+        })
         self.owner.tunnel_closed(self)
 
 
