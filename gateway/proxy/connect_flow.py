@@ -159,10 +159,19 @@ class TunnelOpener:
             raise
         return upstream, proto, address
 
-    def abandon(self, request: TunnelRequest, upstream: asyncio.Transport) -> None:
-        """The client left (or the gateway began draining) while the upstream was being dialed."""
+    def abandon(self, request: TunnelRequest, upstream: asyncio.Transport, reason: str) -> None:
+        """The client left (or the gateway began draining) while the upstream was being dialed: the
+        allowed decision and a close line with `reason` still reach the audit trail."""
         upstream.close()
         self.release(request.principal.name)
+        target = request.target
+        assert target is not None  # dial() succeeded, so the decision was made
+        self.decisions.record_allow("connect", request.principal, target)
+        self.audit.write_record({
+            "ts": time.time(), "event": "close", "kind": "connect", "principal": request.principal.name,
+            "host": target.name, "port": target.port, "bytes_up": 0, "bytes_down": 0, "duration_s": 0.0,
+            "close_reason": reason,
+        })
 
     def establish(self, client: asyncio.Transport, request: TunnelRequest, dialed: DialedUpstream,
                   early: bytes, deadline: LazyDeadline) -> Tunnel:

@@ -427,7 +427,8 @@ class ClientConnection(asyncio.Protocol):
             return
         self._connecting = False
         if self._closed or self.server.draining:
-            opener.abandon(request, dialed[0])
+            # While dialing, only a reset closes the client side (a FIN is answered as a half-close).
+            opener.abandon(request, dialed[0], "shutdown" if self.server.draining else "client_reset")
             self._close()
             return
         self._parser = None  # a tunnel never parses HTTP again; free the parser's memory

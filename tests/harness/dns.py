@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ class _Script:
     answers: list[list[str]]  # each entry: addresses and "cname:target" items
     ttl: int = 0
     failure: str | None = None  # NXDOMAIN, SERVFAIL, silence
+    delay_s: float = 0.0  # a slow resolver: answer only after this long
     served: dict[str, int] = field(default_factory=dict)
 
     def next_answer(self, qtype: str) -> list[str]:
@@ -55,6 +57,9 @@ class _ScriptedResolver(BaseResolver):  # type: ignore[misc]
                 return reply
             items = script.next_answer(qtype)
             ttl = script.ttl
+            delay_s = script.delay_s
+        if delay_s:
+            time.sleep(delay_s)  # dnslib serves each query on its own thread
         self._answer(reply, qname, qtype, items, ttl, depth=0)
         return reply
 
@@ -100,14 +105,14 @@ class FakeDNS:
         self._server.stop()
         self._server.server.server_close()
 
-    def add(self, name: str, *answers: str, ttl: int = 0) -> None:
+    def add(self, name: str, *answers: str, ttl: int = 0, delay_s: float = 0.0) -> None:
         """Answer `name` with these addresses (and `cname:target` items), every time."""
-        self.sequence(name, [list(answers)], ttl=ttl)
+        self.sequence(name, [list(answers)], ttl=ttl, delay_s=delay_s)
 
-    def sequence(self, name: str, answers: Sequence[Sequence[str]], *, ttl: int = 0) -> None:
+    def sequence(self, name: str, answers: Sequence[Sequence[str]], *, ttl: int = 0, delay_s: float = 0.0) -> None:
         """Answer each successive query with the next set; the last one repeats."""
         with self._resolver.lock:
-            self._resolver.scripts[name.lower()] = _Script([list(a) for a in answers], ttl)
+            self._resolver.scripts[name.lower()] = _Script([list(a) for a in answers], ttl, delay_s=delay_s)
 
     def fail(self, name: str, failure: str) -> None:
         assert failure in {"NXDOMAIN", "SERVFAIL", "silence"}

@@ -6,6 +6,7 @@ import asyncio
 import ipaddress
 import socket
 import ssl
+import struct
 import subprocess
 import time
 from collections.abc import Callable
@@ -245,6 +246,32 @@ def test_sni_naming_another_host_is_denied_and_audited(
     sni = [line for line in lines if line.get("stage") == "sni"]
     assert sni[0]["decision"] == "deny"
     assert "evil.example.com" in sni[0]["reason"]
+
+
+@pytest.mark.parametrize(("reset", "reason"), [(False, "client_closed"), (True, "client_reset")])
+def test_a_client_that_leaves_while_the_upstream_is_dialed_still_leaves_both_audit_lines(
+    proxy_factory: ProxyFactory, tls_origin: Origin, fake_dns: FakeDNS, reset: bool, reason: str
+) -> None:
+    # A slow resolver holds the CONNECT in the dial step; the client gives up meanwhile, with a
+    # FIN (a half-close: the tunnel opens, then closes) or a reset (the dial is abandoned).
+    fake_dns.add("slow.example.org", tls_origin.ip, delay_s=1.0)
+    proxy = proxy_factory(proxy_policy([tls_origin.cidr], ports=[tls_origin.port]))
+    authority = f"slow.example.org:{tls_origin.port}"
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as sock:
+        sock.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+        time.sleep(0.2)
+        if reset:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    lines = proxy.wait_audit(
+        lambda lines: any(line["event"] == "close" and line["host"] == "slow.example.org" for line in lines),
+        timeout_s=10.0,
+    )
+    mine = [line for line in lines if line.get("host") == "slow.example.org"]
+    assert [line["event"] for line in mine] == ["decision", "close"], lines
+    assert mine[0]["decision"] == "allow"
+    assert mine[1]["close_reason"] == reason
+    assert mine[1]["bytes_up"] == 0
+    assert mine[1]["bytes_down"] == 0
 
 
 def test_egress_gateway_serve_proxies_connect_on_its_proxy_listener(
