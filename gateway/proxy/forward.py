@@ -326,7 +326,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._headers = []
         self.head_sent = False
         self._eof_body = False
-        self._close_client = exchange.client_http10
+        # An HTTP/1.0 client, or one that asked to close, is told so in the final response head.
+        self._close_client = exchange.client_http10 or not exchange.client_keep_alive
         self._body_bytes = 0
         self._reused = self._responses > 0
         self._answered = False
@@ -391,6 +392,8 @@ class UpstreamConnection(asyncio.Protocol):
         assert exchange is not None
         status = parser.get_status_code()
         self._status = status
+        if 100 <= status < 200 and exchange.client_http10:
+            return  # RFC 9110 section 15.2: no interim response to an HTTP/1.0 client
         kept = [b"HTTP/1.1 %d %b\r\n" % (status, self._reason)]
         if self._connection_values:
             named = named_by_connection(self._connection_values)

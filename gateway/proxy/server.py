@@ -123,7 +123,6 @@ class ClientConnection(asyncio.Protocol):
         "_headers",
         "_idle_timer",
         "_in_head",
-        "_keep_alive",
         "_parser",
         "_pause_mask",
         "_queued",
@@ -153,7 +152,6 @@ class ClientConnection(asyncio.Protocol):
         self._queued: deque[
             tuple[ForwardExchange, bytes, list[tuple[bytes, bytes]], bytes | None, frozenset[bytes]]
         ] = deque()
-        self._keep_alive = True
         self._tunnel: Tunnel | None = None
         self._connecting = False
         # Client bytes that arrive while a CONNECT is being dialed (a ClientHello sent eagerly).
@@ -300,12 +298,12 @@ class ClientConnection(asyncio.Protocol):
         self._in_head = False
         self._raw_head_bytes = 0
         self._deadline.clear()  # no deadline of ours while the request is served or tunnelled
-        self._keep_alive = parser.should_keep_alive()
         method = parser.get_method()
         if method == b"CONNECT":
             return  # httptools raises HttpParserUpgrade next; handled in data_received
         exchange = ForwardExchange(self, method, chunked_request=self._chunked,
-                                   client_http10=parser.get_http_version() == "1.0", client_keep_alive=self._keep_alive)
+                                   client_http10=parser.get_http_version() == "1.0",
+                                   client_keep_alive=parser.should_keep_alive())
         self._receiving = exchange
         item = (exchange, self._url, self._headers, self._authorization, named_by_connection(self._connection_values))
         if self._exchange is None:
@@ -348,7 +346,10 @@ class ClientConnection(asyncio.Protocol):
         self.server.activity_ended()
         if self._closed:
             return
-        if not keep_alive or not self._keep_alive or self._eof or self.server.draining or not exchange.body_done:
+        # The finished request's own keep-alive, not the connection's: a pipelined head behind it
+        # may already have asked to close after its own response.
+        if (not keep_alive or not exchange.client_keep_alive or self._eof or self.server.draining
+                or not exchange.body_done):
             self._close()
             return
         self._next_exchange()
