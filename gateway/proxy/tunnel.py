@@ -27,6 +27,8 @@ from gateway.proxy.sni import MAX_PEEK_BYTES, ClientHelloPeek, PeekStatus, peek_
 # enough to bound memory per busy tunnel. Idle tunnels hold nothing.
 WRITE_HIGH_WATER_BYTES = 1024 * 1024
 WRITE_LOW_WATER_BYTES = 256 * 1024
+# uvloop's own read size for data_received.
+READ_BUFFER_BYTES = 256 * 1024
 TLS_PORTS = frozenset({443})
 EOF_FROM_CLIENT = 1
 EOF_FROM_UPSTREAM = 2
@@ -67,7 +69,32 @@ class TunnelOwner(Protocol):
     def tunnel_closed(self, tunnel: Tunnel) -> None: ...
 
 
-class UpstreamTunnelProtocol(asyncio.Protocol):
+class _SharedReadBuffer:
+    """One read buffer for the upstream side of every tunnel on the loop.
+
+    Reads happen one at a time on the loop's thread, and a read is written on to the client before
+    the next one starts, so one buffer serves every tunnel: an idle tunnel holds none, and a busy
+    one reads without allocating and copying a bytes object per read. When the client transport
+    keeps a view of the buffer (its kernel buffer was full, so part of the write waits), the
+    buffer is handed to it and a fresh one is made for the next read.
+    """
+
+    __slots__ = ("buffer",)
+
+    def __init__(self) -> None:
+        self.buffer: bytearray | None = None
+
+    def get(self) -> bytearray:
+        buffer = self.buffer
+        if buffer is None:
+            buffer = self.buffer = bytearray(READ_BUFFER_BYTES)
+        return buffer
+
+
+_READ_BUFFER = _SharedReadBuffer()
+
+
+class UpstreamTunnelProtocol(asyncio.BufferedProtocol):
     """The upstream side of a tunnel; everything is delegated to the `Tunnel`."""
 
     __slots__ = ("early", "transport", "tunnel")
@@ -84,11 +111,16 @@ class UpstreamTunnelProtocol(asyncio.Protocol):
         self.transport = transport
         transport.set_write_buffer_limits(WRITE_HIGH_WATER_BYTES, WRITE_LOW_WATER_BYTES)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> bytearray:
+        return _READ_BUFFER.get()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        buffer = _READ_BUFFER.buffer
+        assert buffer is not None  # get_buffer() ran just before, on the same read
         if self.tunnel is not None:
-            self.tunnel.from_upstream(data)
+            self.tunnel.from_upstream(buffer, nbytes)
         else:
-            self.early.append(data)
+            self.early.append(bytes(buffer[:nbytes]))
             assert self.transport is not None
             self.transport.pause_reading()
 
@@ -175,7 +207,7 @@ class Tunnel:
         proto.tunnel = self
         if proto.early:
             for chunk in proto.early:
-                self.from_upstream(chunk)
+                self.from_upstream(chunk, len(chunk))
             proto.early.clear()
             if not self.closed:
                 self.upstream.resume_reading()
@@ -224,10 +256,19 @@ class Tunnel:
         self.close("client_reset" if exc is not None else "client_closed")
 
     # upstream → client -------------------------------------------------------------------------
-    def from_upstream(self, data: bytes) -> None:
+    def from_upstream(self, buffer: bytearray | bytes, nbytes: int) -> None:
+        """The first `nbytes` of `buffer` (the shared read buffer, or early bytes) go to the client."""
         self.last_activity = time.monotonic()
-        self.bytes_down += len(data)
-        self.client.write(data)
+        self.bytes_down += nbytes
+        client = self.client
+        if client.get_write_buffer_size() or type(buffer) is bytes:
+            # Queued behind earlier bytes: the transport keeps what it is given, so give it a copy.
+            client.write(buffer[:nbytes] if type(buffer) is bytearray else buffer)
+            return
+        client.write(memoryview(buffer)[:nbytes])
+        if client.get_write_buffer_size():
+            # Part of it waits in the transport, which holds a view of the shared buffer.
+            _READ_BUFFER.buffer = None
 
     def upstream_eof(self) -> bool:
         self.eofs |= EOF_FROM_UPSTREAM
