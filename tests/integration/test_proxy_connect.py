@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import ipaddress
+import random
 import socket
 import ssl
 import struct
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 
@@ -338,3 +341,64 @@ async def test_a_dial_cancelled_from_outside_stays_cancelled_not_a_timeout() -> 
     finally:
         for sock in [listener, *fillers]:
             sock.close()
+
+
+def _random_app(total: int) -> web.Application:
+    async def random_bytes(request: web.Request) -> web.StreamResponse:
+        seed = int(request.query["seed"])
+        response = web.StreamResponse()
+        response.content_length = total
+        await response.prepare(request)
+        await response.write(random.Random(seed).randbytes(total))
+        return response
+
+    app = web.Application()
+    app.router.add_get("/random", random_bytes)
+    return app
+
+
+def _download_through_tunnel(proxy: ProxyProcess, origin: Origin, seed: int, *, slow: bool) -> bytes:
+    """CONNECT, then a plain GET inside the tunnel; the body as received. A slow reader makes the
+    gateway's client-side writes back up, so part of each write waits in its transport."""
+    authority = f"docs.example.org:{origin.port}"
+    sock, answer = _connect(proxy, authority)
+    with sock:
+        assert b" 200 " in answer.split(b"\r\n", 1)[0], answer
+        sock.settimeout(30)
+        sock.sendall(f"GET /random?seed={seed} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n".encode())
+        received = bytearray()
+        while True:
+            chunk = sock.recv(16384 if slow else 1 << 20)
+            if not chunk:
+                break
+            received += chunk
+            if slow and len(received) % (256 * 1024) < 16384:
+                time.sleep(0.02)
+    head, _, body = bytes(received).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head[:80]
+    return body
+
+
+def test_tunnel_downloads_arrive_intact_when_readers_are_slow_and_fast_at_once(
+    proxy_factory: ProxyFactory, origins: OriginFactory
+) -> None:
+    # Tunnels share one read buffer for their upstream side; a slow reader's transport keeps a view
+    # of it while a fast one reads on. Every byte must still arrive, in order, in both.
+    total = 6 * 1024 * 1024
+    origin = origins.start(_random_app(total), tls=False)
+    proxy = proxy_factory(proxy_policy([origin.cidr], ports=[origin.port], proxy={"sni": "off"}))
+    results: dict[int, bytes] = {}
+
+    def run(seed: int, slow: bool) -> None:
+        results[seed] = _download_through_tunnel(proxy, origin, seed, slow=slow)
+
+    threads = [threading.Thread(target=run, args=(seed, seed % 2 == 0)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(results) == [0, 1, 2, 3]
+    for seed, body in results.items():
+        expected = random.Random(seed).randbytes(total)
+        assert len(body) == total, (seed, len(body))
+        assert hashlib.sha256(body).digest() == hashlib.sha256(expected).digest(), seed
