@@ -276,24 +276,34 @@ def test_pipelined_gets_in_one_write_are_answered_in_order_with_their_own_bodies
     assert seen.paths == ["/p/one?delay=0.3", "/p/two?delay=0.1", "/p/three", "/p/four"]
 
 
+THREE_PAGE_PATHS = ["/p/one?delay=0.3", "/p/two", "/p/three"]
+
+
+def _three_pages(origin: Origin, *last_headers: str) -> bytes:
+    """Three pipelined GETs in one write, the first answered slowest; `last_headers` go on the last."""
+    return (_get(origin.url(THREE_PAGE_PATHS[0])) + _get(origin.url(THREE_PAGE_PATHS[1]))
+            + _get(origin.url(THREE_PAGE_PATHS[2]), *last_headers))
+
+
+def _three_answers_then_close(reader: ResponseReader) -> list[RawResponse]:
+    responses = reader.finals(3)
+    assert [r.body.decode() for r in responses] == ["page one oneoneone", "page two twotwotwo",
+                                                    "page three threethreethree"]
+    assert reader.wait_closed() == b""
+    return responses
+
+
 def test_pipelined_requests_ending_with_connection_close_are_all_answered_then_closed(
     proxy: ProxyProcess, http_origin: Origin, seen: Seen
 ) -> None:
     # The usual way to end a pipeline: the last request asks for the close. Each request carries
     # its own keep-alive intent; the close applies after the response to the request that asked.
     with _client(proxy.port) as (sock, reader):
-        sock.sendall(
-            _get(http_origin.url("/p/one?delay=0.3"))
-            + _get(http_origin.url("/p/two"))
-            + _get(http_origin.url("/p/three"), "Connection: close")
-        )
-        responses = reader.finals(3)
-        assert [r.body.decode() for r in responses] == ["page one oneoneone", "page two twotwotwo",
-                                                        "page three threethreethree"]
-        assert reader.wait_closed() == b""
+        sock.sendall(_three_pages(http_origin, "Connection: close"))
+        responses = _three_answers_then_close(reader)
         # Only the response to the request that asked for the close says so.
         assert [r.header("connection") for r in responses] == [None, None, "close"]
-    assert seen.paths == ["/p/one?delay=0.3", "/p/two", "/p/three"]
+    assert seen.paths == THREE_PAGE_PATHS
 
 
 def test_pipelined_requests_then_half_close_are_all_answered_before_the_close(
@@ -302,17 +312,10 @@ def test_pipelined_requests_then_half_close_are_all_answered_before_the_close(
     # `printf 'GET ...GET ...' | nc proxy 3128`: the client writes everything, then shuts down
     # its sending side and reads; every pipelined request is still owed its response.
     with _client(proxy.port) as (sock, reader):
-        sock.sendall(
-            _get(http_origin.url("/p/one?delay=0.3"))
-            + _get(http_origin.url("/p/two"))
-            + _get(http_origin.url("/p/three"))
-        )
+        sock.sendall(_three_pages(http_origin))
         sock.shutdown(socket.SHUT_WR)
-        responses = reader.finals(3)
-        assert [r.body.decode() for r in responses] == ["page one oneoneone", "page two twotwotwo",
-                                                        "page three threethreethree"]
-        assert reader.wait_closed() == b""
-    assert seen.paths == ["/p/one?delay=0.3", "/p/two", "/p/three"]
+        _three_answers_then_close(reader)
+    assert seen.paths == THREE_PAGE_PATHS
 
 
 def test_a_denied_request_in_a_pipeline_is_answered_in_its_place(
@@ -503,16 +506,7 @@ def ipv6_proxy_factory(tmp_path: Path, fake_dns: FakeDNS, pki: TestPKI) -> Itera
     reason = _ipv6_loopback_unusable()
     if reason is not None:
         pytest.skip(reason)
-    started: list[IPv6ProxyProcess] = []
-
-    def start(policy: Mapping[str, Any], port: int) -> IPv6ProxyProcess:
-        workdir = tmp_path / f"proxy6-{len(started)}"
-        workdir.mkdir()
-        process = IPv6ProxyProcess(workdir, policy, fake_dns.nameserver, pki.ca_path, port)
-        started.append(process)
-        process.start()
-        return process
-
+    start, started = support.starting_proxies(IPv6ProxyProcess, tmp_path, fake_dns.nameserver, pki.ca_path, "proxy6-")
     yield start
     for process in started:
         with contextlib.suppress(Exception):

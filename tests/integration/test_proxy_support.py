@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import base64
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -82,18 +82,34 @@ def raw_exchange(port: int, payload: bytes, *, timeout_s: float = 5.0) -> bytes:
         return b"".join(chunks)
 
 
-@pytest.fixture
-def proxy_factory(tmp_path: Path, fake_dns: Any, pki: TestPKI) -> Iterator[Any]:
-    started: list[ProxyProcess] = []
+P = TypeVar("P", bound=ProxyProcess)
 
-    def start(policy: Mapping[str, Any], port: int | None = None) -> ProxyProcess:
-        workdir = tmp_path / f"proxy{len(started)}"
+
+def starting_proxies(
+    process_class: Callable[[Path, Mapping[str, Any], str, Path, Any], P],
+    tmp_path: Path,
+    nameserver: str,
+    ca_path: Path,
+    prefix: str = "proxy",
+) -> tuple[Callable[..., P], list[P]]:
+    """A `start(policy, port)` that runs one more gateway of `process_class` in its own workdir,
+    and the list it appends to, for the fixture to stop them all."""
+    started: list[P] = []
+
+    def start(policy: Mapping[str, Any], port: Any = None) -> P:
+        workdir = tmp_path / f"{prefix}{len(started)}"
         workdir.mkdir()
-        process = ProxyProcess(workdir, policy, fake_dns.nameserver, pki.ca_path, port)
+        process = process_class(workdir, policy, nameserver, ca_path, port)
         started.append(process)
         process.start()
         return process
 
+    return start, started
+
+
+@pytest.fixture
+def proxy_factory(tmp_path: Path, fake_dns: Any, pki: TestPKI) -> Iterator[Any]:
+    start, started = starting_proxies(ProxyProcess, tmp_path, fake_dns.nameserver, pki.ca_path)
     yield start
     for process in started:
         process.stop()
