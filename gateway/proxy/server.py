@@ -123,6 +123,7 @@ class ClientConnection(asyncio.Protocol):
         "_headers",
         "_idle_timer",
         "_in_head",
+        "_no_more_requests",
         "_parser",
         "_pause_mask",
         "_queued",
@@ -163,6 +164,7 @@ class ClientConnection(asyncio.Protocol):
         self._connection_values: list[bytes] = []
         self._eof = False
         self._closed = False
+        self._no_more_requests = False
 
     @property
     def closed(self) -> bool:
@@ -204,8 +206,16 @@ class ClientConnection(asyncio.Protocol):
             self._begin_connect(data[upgrade.args[0]:])
             return
         except httptools.HttpParserError as exc:
+            if self._no_more_requests:
+                # RFC 9112 section 9.6: after a request that asked to close, further requests are
+                # not processed; it is still owed its response, so the bytes are dropped, not refused.
+                self._parser = None
+                return
             refusal = self._refusal or GatewayError(ErrorCode.INVALID_INPUT, f"malformed request: {exc}")
             self._refuse(refusal)
+            return
+        if self._no_more_requests:
+            self._parser = None
             return
         if self._in_head and self._raw_head_bytes > MAX_HEAD_BYTES:
             self._refuse(GatewayError(ErrorCode.TOO_LARGE, "the request head is too large", status=431))
@@ -323,6 +333,8 @@ class ClientConnection(asyncio.Protocol):
         self._receiving = None
         self._in_head = True
         if receiving is not None:
+            if not receiving.client_keep_alive:
+                self._no_more_requests = True
             receiving.request_end()
 
     # the ClientSide interface used by forward.py ---------------------------------------------

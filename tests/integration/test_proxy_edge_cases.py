@@ -306,6 +306,21 @@ def test_pipelined_requests_ending_with_connection_close_are_all_answered_then_c
     assert seen.paths == THREE_PAGE_PATHS
 
 
+def test_a_request_behind_one_that_asked_to_close_is_dropped_and_the_first_still_answered(
+    proxy: ProxyProcess, http_origin: Origin, seen: Seen
+) -> None:
+    # RFC 9112 section 9.6: the server answers the request that asked to close, processes nothing
+    # after it, and closes. The extra bytes are neither forwarded nor answered with an error.
+    with _client(proxy.port) as (sock, reader):
+        sock.sendall(_get(http_origin.url("/p/one?delay=0.3"), "Connection: close") + _get(http_origin.url("/p/two")))
+        (first,) = reader.finals(1)
+        assert first.status == 200
+        assert first.body == b"page one oneoneone"
+        assert first.header("connection") == "close"
+        assert reader.wait_closed() == b""
+    assert seen.paths == ["/p/one?delay=0.3"]
+
+
 def test_pipelined_requests_then_half_close_are_all_answered_before_the_close(
     proxy: ProxyProcess, http_origin: Origin, seen: Seen
 ) -> None:
