@@ -3,11 +3,16 @@
 Prefix `egress_gateway_`, base units in names, `_total` on counters, bounded labels only
 (decision, code, kind, engine, outcome, direction, tool): never a host, URL, principal, token or
 client IP. Per-request detail belongs in the audit log.
+
+The metrics the proxy updates per tunnel and per request are `LoopCounter`/`LoopHistogram`
+(lock-free, event-loop thread only, same exposition); the rest are prometheus_client's own.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gateway.observe.loop_metrics import LoopCounter, LoopHistogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -15,7 +20,7 @@ _LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25
 _DURATION_BUCKETS_S = (0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
 _SIZE_BUCKETS_BYTES = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 104857600)
 
-DECISIONS = Counter(
+DECISIONS = LoopCounter(
     "egress_gateway_decisions_total",
     "Egress decisions by kind (connect, http, fetch, search), decision and code.",
     ["kind", "decision", "code"],
@@ -27,7 +32,7 @@ DNS_LOOKUP_SECONDS = Histogram(
     buckets=_LATENCY_BUCKETS_S,
     registry=REGISTRY,
 )
-CONNECT_SECONDS = Histogram(
+CONNECT_SECONDS = LoopHistogram(
     "egress_gateway_upstream_connect_seconds",
     "Time to open a pinned upstream TCP connection.",
     ["kind"],
@@ -50,25 +55,27 @@ ACTIVE_TUNNELS = Gauge(
     "CONNECT tunnels currently open.",
     registry=REGISTRY,
 )
-TUNNEL_SECONDS = Histogram(
+TUNNEL_SECONDS = LoopHistogram(
     "egress_gateway_tunnel_duration_seconds",
     "Lifetime of CONNECT tunnels.",
+    (),
     buckets=_DURATION_BUCKETS_S,
     registry=REGISTRY,
 )
-TUNNEL_BYTES = Counter(
+TUNNEL_BYTES = LoopCounter(
     "egress_gateway_tunnel_bytes_total",
     "Bytes relayed through tunnels by direction (upstream, downstream).",
     ["direction"],
     registry=REGISTRY,
 )
-HTTP_FORWARD_SECONDS = Histogram(
+HTTP_FORWARD_SECONDS = LoopHistogram(
     "egress_gateway_http_forward_seconds",
     "Plain HTTP forward requests, head received to response end.",
+    (),
     buckets=_LATENCY_BUCKETS_S,
     registry=REGISTRY,
 )
-HTTP_FORWARD_BYTES = Counter(
+HTTP_FORWARD_BYTES = LoopCounter(
     "egress_gateway_http_forward_bytes_total",
     "Body bytes relayed by the plain HTTP forwarder by direction (upstream, downstream).",
     ["direction"],

@@ -14,13 +14,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from prometheus_client import Counter
-
 from gateway.egress.target import PinnedTarget
 from gateway.egress.urls import VettedHost, vet_host
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
+from gateway.observe.loop_metrics import CounterChild
 from gateway.policy.decide import authenticate
 from gateway.policy.load import LoadedPolicy
 from gateway.policy.model import Principal
@@ -62,7 +61,7 @@ class ProxyDecisions:
         self._hosts: dict[bytes | str, VettedHost] = {}
         self._targets: dict[bytes, ForwardTarget] = {}
         self._authorities: dict[bytes, Authority] = {}
-        self._decision_counters: dict[tuple[str, str, str], Counter] = {}
+        self._decision_counters: dict[tuple[str, str, str], CounterChild] = {}
         self._method_names: dict[bytes, str] = {}
 
     def principal_for(self, loaded: LoadedPolicy, authorization: bytes | None) -> Principal:
