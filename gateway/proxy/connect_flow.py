@@ -149,9 +149,9 @@ class TunnelOpener:
             else:
                 # Allowed, but the dial failed: an error outcome, and a close line for the audit trail.
                 self.decisions.count_decision("connect", "error", str(error.code))
-                self.audit.write("close", kind="connect", principal=principal.name, host=target.name,
-                                 port=target.port, bytes_up=0, bytes_down=0, duration_s=0.0,
-                                 close_reason=str(error.code))
+                self.audit.connection_closed(kind="connect", principal=principal.name, host=target.name,
+                                             port=target.port, bytes_up=0, bytes_down=0, duration_s=0.0,
+                                             reason=str(error.code))
             raise
         except BaseException:
             # Cancelled (shutdown): the reservation must not leak.
@@ -167,11 +167,8 @@ class TunnelOpener:
         target = request.target
         assert target is not None  # dial() succeeded, so the decision was made
         self.decisions.record_allow("connect", request.principal, target)
-        self.audit.write_record({
-            "ts": time.time(), "event": "close", "kind": "connect", "principal": request.principal.name,
-            "host": target.name, "port": target.port, "bytes_up": 0, "bytes_down": 0, "duration_s": 0.0,
-            "close_reason": reason,
-        })
+        self.audit.connection_closed(kind="connect", principal=request.principal.name, host=target.name,
+                                     port=target.port, bytes_up=0, bytes_down=0, duration_s=0.0, reason=reason)
 
     def establish(self, client: asyncio.Transport, request: TunnelRequest, dialed: DialedUpstream,
                   early: bytes, deadline: LazyDeadline) -> Tunnel:

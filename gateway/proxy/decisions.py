@@ -136,10 +136,10 @@ class ProxyDecisions:
         if target is not None:
             _FORWARD_UP.inc(exchange.bytes_up)
             _FORWARD_DOWN.inc(exchange.bytes_down)
-            self.audit.write(
-                "close", kind="http", principal=exchange.principal, host=target.name, port=target.port,
+            self.audit.connection_closed(
+                kind="http", principal=exchange.principal, host=target.name, port=target.port,
                 bytes_up=exchange.bytes_up, bytes_down=exchange.bytes_down,
-                duration_s=round(time.perf_counter() - exchange.started, 6), close_reason=reason,
+                duration_s=time.perf_counter() - exchange.started, reason=reason,
             )
 
     def count_decision(self, kind: str, decision: str, code: str) -> None:

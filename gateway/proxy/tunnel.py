@@ -207,7 +207,7 @@ class Tunnel:
         proto.tunnel = self
         if proto.early:
             for chunk in proto.early:
-                self.from_upstream(chunk, len(chunk))
+                self.from_upstream_bytes(chunk)
             proto.early.clear()
             if not self.closed:
                 self.upstream.resume_reading()
@@ -256,19 +256,25 @@ class Tunnel:
         self.close("client_reset" if exc is not None else "client_closed")
 
     # upstream → client -------------------------------------------------------------------------
-    def from_upstream(self, buffer: bytearray | bytes, nbytes: int) -> None:
-        """The first `nbytes` of `buffer` (the shared read buffer, or early bytes) go to the client."""
+    def from_upstream(self, buffer: bytearray, nbytes: int) -> None:
+        """The first `nbytes` of the shared read buffer go to the client."""
+        client = self.client
+        if client.get_write_buffer_size():
+            # Queued behind earlier bytes: the transport keeps what it is given, so give it a copy.
+            self.from_upstream_bytes(buffer[:nbytes])
+            return
         self.last_activity = time.monotonic()
         self.bytes_down += nbytes
-        client = self.client
-        if client.get_write_buffer_size() or type(buffer) is bytes:
-            # Queued behind earlier bytes: the transport keeps what it is given, so give it a copy.
-            client.write(buffer[:nbytes] if type(buffer) is bytearray else buffer)
-            return
         client.write(memoryview(buffer)[:nbytes])
         if client.get_write_buffer_size():
             # Part of it waits in the transport, which holds a view of the shared buffer.
             _READ_BUFFER.buffer = None
+
+    def from_upstream_bytes(self, data: bytes | bytearray) -> None:
+        """Bytes the transport may keep as they are (early bytes, or a copy of the read buffer)."""
+        self.last_activity = time.monotonic()
+        self.bytes_down += len(data)
+        self.client.write(data)
 
     def upstream_eof(self) -> bool:
         self.eofs |= EOF_FROM_UPSTREAM
@@ -317,17 +323,11 @@ class Tunnel:
             _UP.inc(self.bytes_up)
         if self.bytes_down:
             _DOWN.inc(self.bytes_down)
-        self.audit.write_record({
-            "ts": time.time(), "event": "close", "kind": "connect", "principal": self.principal,
-            "host": self.connect_host, "port": self.port, "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
-            "duration_s": _microseconds(duration), "close_reason": reason,
-        })
+        self.audit.connection_closed(
+            kind="connect", principal=self.principal, host=self.connect_host, port=self.port,
+            bytes_up=self.bytes_up, bytes_down=self.bytes_down, duration_s=duration, reason=reason,
+        )
         self.owner.tunnel_closed(self)
-
-
-def _microseconds(seconds: float) -> float:
-    # round(x, 6) formats and parses a decimal string; this gives the same value without it.
-    return round(seconds * 1e6) / 1e6
 
 
 def _can_half_close(transport: asyncio.Transport) -> bool:
