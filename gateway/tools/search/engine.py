@@ -106,16 +106,16 @@ def load_json(reply: EngineReply) -> object | None:
         return None
 
 
-def results_array(reply: EngineReply) -> list[object] | EngineOutcome:
-    """The top-level `results` list of a JSON answer, or the outcome when there is none."""
+def rows_from_results_array(reply: EngineReply, snippet: Callable[[dict[str, Any]], str]) -> EngineOutcome:
+    """Rows from the top-level `results` list of a JSON answer (Tavily, Exa, SearXNG), or the
+    outcome when the reply failed or has no such list."""
     failed = status_outcome(reply)
     if failed is not None:
         return failed
     data = load_json(reply)
     if not isinstance(data, dict) or not isinstance(data.get("results"), list):
         return EngineOutcome.unrecognised("no results array")
-    results: list[object] = data["results"]
-    return results
+    return rows_from_items(data["results"], snippet, empty="empty results array")
 
 
 def rows_from_items(items: list[object], snippet: Callable[[dict[str, Any]], str], *, empty: str) -> EngineOutcome:

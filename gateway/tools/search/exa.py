@@ -17,8 +17,7 @@ from gateway.tools.search.engine import (
     EngineOutcome,
     EngineSpec,
     days_for,
-    results_array,
-    rows_from_items,
+    rows_from_results_array,
 )
 from gateway.tools.search.query import SearchQuery
 from gateway.tools.search.transport import EngineReply, EngineRequest
@@ -60,10 +59,7 @@ def _snippet(item: dict[str, object]) -> str:
 
 
 def parse(reply: EngineReply) -> EngineOutcome:
-    items = results_array(reply)
-    if isinstance(items, EngineOutcome):
-        return items
-    return rows_from_items(items, _snippet, empty="empty results array")
+    return rows_from_results_array(reply, _snippet)
 
 
 ENGINE = EngineSpec(

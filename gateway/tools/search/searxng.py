@@ -15,8 +15,7 @@ from gateway.tools.search.engine import (
     API_USER_AGENT,
     EngineOutcome,
     EngineSpec,
-    results_array,
-    rows_from_items,
+    rows_from_results_array,
 )
 from gateway.tools.search.query import SearchQuery
 from gateway.tools.search.transport import EngineReply, EngineRequest
@@ -49,10 +48,7 @@ def build_request(query: SearchQuery, key: str | None, base_url: str, *, today: 
 
 
 def parse(reply: EngineReply) -> EngineOutcome:
-    items = results_array(reply)
-    if isinstance(items, EngineOutcome):
-        return items
-    return rows_from_items(items, lambda item: str(item.get("content") or ""), empty="empty results array")
+    return rows_from_results_array(reply, lambda item: str(item.get("content") or ""))
 
 
 ENGINE = EngineSpec(
