@@ -26,6 +26,7 @@ test: $(STAMP) system-deps
 
 lint: $(STAMP)
 	$(BIN)/ruff check gateway tests bench
+	$(BIN)/ruff format --check gateway tests bench
 	$(BIN)/mypy --strict gateway tests bench
 
 chart: $(STAMP)

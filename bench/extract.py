@@ -26,8 +26,8 @@ from selectolax.lexbor import LexborHTMLParser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.tools.decode import decode_body
-from gateway.tools.markdown import html_to_markdown
+from gateway.tools.extract.decode import decode_body
+from gateway.tools.extract.markdown import html_to_markdown
 
 PAGE_URL = "http://fakehost/test/page.html"
 FIXTURE_CONTENT_TYPE = "text/html; charset=utf-8"

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 from gateway.egress.resolver import Resolver  # noqa: E402 - after the path insert
 from gateway.egress.target import EgressCore  # noqa: E402
 from gateway.observe.audit import AuditLog  # noqa: E402
-from gateway.policy.load import PolicyHolder  # noqa: E402
+from gateway.policy.holder import PolicyHolder  # noqa: E402
 from gateway.proxy.server import ProxyServer  # noqa: E402
 from gateway.settings import ListenAddress  # noqa: E402
 from tests.harness.dns import FakeDNS  # noqa: E402
@@ -127,8 +127,15 @@ def start_gateway(work: Path, nameserver: str, python: str = sys.executable) -> 
     }
     (work / "policy.yaml").write_text(yaml.safe_dump(policy))
     proc = subprocess.Popen(
-        [python, str(Path(__file__)), "--serve-gateway", str(work / "policy.yaml"), nameserver,
-         str(work / "audit.log"), str(port)],
+        [
+            python,
+            str(Path(__file__)),
+            "--serve-gateway",
+            str(work / "policy.yaml"),
+            nameserver,
+            str(work / "audit.log"),
+            str(port),
+        ],
         stderr=open(work / "gateway.err", "wb"),  # noqa: SIM115 - lives as long as the process
     )
     wait_port(port)
@@ -169,8 +176,7 @@ MaxClients 4096
 LogLevel Critical
 DisableViaHeader Yes
 """)
-    proc = subprocess.Popen(["tinyproxy", "-d", "-c", str(conf)], stderr=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(["tinyproxy", "-d", "-c", str(conf)], stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     wait_port(port)
     return proc, port
 
@@ -330,8 +336,12 @@ async def load_bulk_paired(port: int, authority: str, ca_path: str, rounds: int)
     for _ in range(rounds):
         direct.append(await bulk_once(None, direct_authority, context))
         proxied.append(await bulk_once(port, authority, context))
-    return {"mb_s": max(proxied), "direct_mb_s": max(direct),
-            "mb_s_median": statistics.median(proxied), "direct_mb_s_median": statistics.median(direct)}
+    return {
+        "mb_s": max(proxied),
+        "direct_mb_s": max(direct),
+        "mb_s_median": statistics.median(proxied),
+        "direct_mb_s_median": statistics.median(direct),
+    }
 
 
 async def hold_idle(port: int, authority: str, count: int, pid: int) -> dict[str, Any]:
@@ -357,8 +367,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
-def best_of(rounds: int, key: str, kind: str, *args: str, pid: int | None = None,
-            duration_s: float = 0.0) -> dict[str, Any]:
+def best_of(
+    rounds: int, key: str, kind: str, *args: str, pid: int | None = None, duration_s: float = 0.0
+) -> dict[str, Any]:
     """The best of a few runs: the machine is shared, and a neighbour's burst only ever slows a run.
 
     With `pid`, also the proxy's CPU time per operation over all the runs (`cpu_us_<key>`): what
@@ -373,8 +384,9 @@ def best_of(rounds: int, key: str, kind: str, *args: str, pid: int | None = None
 
 
 def run_child(kind: str, *args: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, str(Path(__file__)), "--child", kind, *args],
-                         capture_output=True, timeout=300, check=False)
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__)), "--child", kind, *args], capture_output=True, timeout=300, check=False
+    )
     if out.returncode != 0:
         raise RuntimeError(f"{kind} {args} failed: {out.stderr.decode(errors='replace')[-2000:]}")
     result: dict[str, Any] = orjson.loads(out.stdout)
@@ -406,9 +418,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--only", default="gateway,squid,tinyproxy")
     parser.add_argument("--rounds", type=int, default=3, help="best of N for req/s and setup/s")
-    parser.add_argument("--gateway-python", default=sys.executable,
-                        help="interpreter that runs the gateway (a venv with the gateway's dependencies); "
-                             "the load generators always run on this one")
+    parser.add_argument(
+        "--gateway-python",
+        default=sys.executable,
+        help="interpreter that runs the gateway (a venv with the gateway's dependencies); "
+        "the load generators always run on this one",
+    )
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
     work.chmod(0o777)  # squid drops to the proxy user and writes its log here
@@ -456,10 +471,27 @@ def main() -> None:
             entry = {
                 **run_child("bulkpair", str(port), target_authority, str(work / "ca.pem"), str(BULK_ROUNDS)),
                 **run_child("idle", str(port), target_authority, str(pid)),
-                **best_of(rounds, "rps", "http", "127.0.0.1", str(port), target_url, seconds,
-                          pid=cpu_pid, duration_s=options.seconds),
-                **best_of(rounds, "per_s", "setup", str(port), target_authority, seconds,
-                          pid=cpu_pid, duration_s=options.seconds),
+                **best_of(
+                    rounds,
+                    "rps",
+                    "http",
+                    "127.0.0.1",
+                    str(port),
+                    target_url,
+                    seconds,
+                    pid=cpu_pid,
+                    duration_s=options.seconds,
+                ),
+                **best_of(
+                    rounds,
+                    "per_s",
+                    "setup",
+                    str(port),
+                    target_authority,
+                    seconds,
+                    pid=cpu_pid,
+                    duration_s=options.seconds,
+                ),
             }
             results[name] = entry
     finally:
@@ -473,8 +505,12 @@ def main() -> None:
         dns.stop()
         if not os.environ.get("BENCH_KEEP"):
             shutil.rmtree(work, ignore_errors=True)
-    version = subprocess.run([options.gateway_python, "-c", "import platform; print(platform.python_version())"],
-                             capture_output=True, text=True, check=False).stdout.strip()
+    version = subprocess.run(
+        [options.gateway_python, "-c", "import platform; print(platform.python_version())"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     print(f"gateway interpreter: {options.gateway_python} (Python {version})")
     report(results)
 
@@ -483,27 +519,37 @@ def report(results: dict[str, dict[str, Any]]) -> None:
     direct = results["direct"]
     print(f"{'':10} {'HTTP req/s':>11} {'p50 ms':>7} {'p99 ms':>7} {'setup/s':>8} {'bulk MB/s':>10} {'KiB/tunnel':>11}")
     for name, row in results.items():
-        print(f"{name:10} {row['rps']:11.0f} {row['p50_ms']:7.2f} {row['p99_ms']:7.2f} {row['per_s']:8.0f} "
-              f"{row['mb_s']:10.0f} {row.get('kib_per_tunnel', 0):11.1f}")
+        print(
+            f"{name:10} {row['rps']:11.0f} {row['p50_ms']:7.2f} {row['p99_ms']:7.2f} {row['per_s']:8.0f} "
+            f"{row['mb_s']:10.0f} {row.get('kib_per_tunnel', 0):11.1f}"
+        )
     print("\nratios to direct (HTTP req/s, setup/s; bulk best and median against direct transfers alternated with it):")
     for name, row in results.items():
         if name != "direct":
-            print(f"{name:10} {row['rps'] / direct['rps']:.2f}x  {row['per_s'] / direct['per_s']:.2f}x  "
-                  f"{row['mb_s'] / row['direct_mb_s']:.2f}x (direct {row['direct_mb_s']:.0f} MB/s), median "
-                  f"{row['mb_s_median'] / row['direct_mb_s_median']:.2f}x (direct {row['direct_mb_s_median']:.0f})")
+            print(
+                f"{name:10} {row['rps'] / direct['rps']:.2f}x  {row['per_s'] / direct['per_s']:.2f}x  "
+                f"{row['mb_s'] / row['direct_mb_s']:.2f}x (direct {row['direct_mb_s']:.0f} MB/s), median "
+                f"{row['mb_s_median'] / row['direct_mb_s_median']:.2f}x (direct {row['direct_mb_s_median']:.0f})"
+            )
     print("\nproxy CPU (user + system) per operation, over all rounds:")
     for name, row in results.items():
         if "cpu_us_rps" in row:
-            print(f"{name:10} {row['cpu_us_rps']:6.1f} us per HTTP request  "
-                  f"{row['cpu_us_per_s']:6.1f} us per tunnel setup")
+            print(
+                f"{name:10} {row['cpu_us_rps']:6.1f} us per HTTP request  "
+                f"{row['cpu_us_per_s']:6.1f} us per tunnel setup"
+            )
     if "gateway" in results and "squid" in results:
         gw, sq = results["gateway"], results["squid"]
-        print(f"\ngateway vs squid: HTTP req/s {gw['rps'] / sq['rps']:.2f}x (target >= 1.3), "
-              f"setup {gw['per_s'] / sq['per_s']:.2f}x (target >= 1.0); "
-              f"bulk vs direct {gw['mb_s'] / gw['direct_mb_s']:.2f} (target >= 0.90); "
-              f"{gw['kib_per_tunnel']:.1f} KiB per idle tunnel (target <= 8)")
-        print(f"gateway CPU per operation vs squid's: HTTP {gw['cpu_us_rps'] / sq['cpu_us_rps']:.2f}x, "
-              f"tunnel setup {gw['cpu_us_per_s'] / sq['cpu_us_per_s']:.2f}x (lower is better)")
+        print(
+            f"\ngateway vs squid: HTTP req/s {gw['rps'] / sq['rps']:.2f}x (target >= 1.3), "
+            f"setup {gw['per_s'] / sq['per_s']:.2f}x (target >= 1.0); "
+            f"bulk vs direct {gw['mb_s'] / gw['direct_mb_s']:.2f} (target >= 0.90); "
+            f"{gw['kib_per_tunnel']:.1f} KiB per idle tunnel (target <= 8)"
+        )
+        print(
+            f"gateway CPU per operation vs squid's: HTTP {gw['cpu_us_rps'] / sq['cpu_us_rps']:.2f}x, "
+            f"tunnel setup {gw['cpu_us_per_s'] / sq['cpu_us_per_s']:.2f}x (lower is better)"
+        )
 
 
 if __name__ == "__main__":

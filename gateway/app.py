@@ -23,16 +23,16 @@ from gateway.egress.target import EgressCore
 from gateway.observe import metrics
 from gateway.observe.admin import build_admin_app
 from gateway.observe.audit import AuditLog
-from gateway.policy.load import PolicyHolder
+from gateway.policy.holder import PolicyHolder
 from gateway.proxy.server import ProxyServer
 from gateway.settings import ListenAddress, Settings
 from gateway.tasks import spawn
 from gateway.tools.api import ToolsApi
-from gateway.tools.calls import ToolCalls
-from gateway.tools.extract_pool import ExtractionPool
+from gateway.tools.call_guard import ToolCalls
+from gateway.tools.extract.pool import ExtractionPool
 from gateway.tools.fetch import FetchTool, ReaderService
 from gateway.tools.robots import RobotsCache
-from gateway.tools.search_tool import SearchTool
+from gateway.tools.search.tool import SearchTool
 
 log = logging.getLogger("egress_gateway")
 

@@ -45,8 +45,9 @@ async def check(settings: Settings, url: str, principal_name: str | None) -> int
     """Resolve and decide without connecting; one JSON object on stdout."""
     from gateway.egress.resolver import Resolver  # noqa: PLC0415
     from gateway.egress.target import EgressCore  # noqa: PLC0415
-    from gateway.egress.urls import vet_url  # noqa: PLC0415
-    from gateway.policy.load import LoadedPolicy, load_policy_file  # noqa: PLC0415
+    from gateway.policy.load import load_policy_file  # noqa: PLC0415
+    from gateway.policy.model import LoadedPolicy  # noqa: PLC0415
+    from gateway.vet.urls import vet_url  # noqa: PLC0415
 
     try:
         policy = load_policy_file(settings.policy_path)
@@ -98,7 +99,7 @@ def _raw_host(url: str) -> str | None:
 async def _run_tool_once(settings: Settings, tool: str, payload: dict[str, object]) -> tuple[int, dict[str, Any]]:
     """Run one tool call as the default principal; (exit code, result) with errors printed."""
     from gateway.app import Gateway  # noqa: PLC0415
-    from gateway.tools.calls import CallContext  # noqa: PLC0415
+    from gateway.tools.call_guard import CallContext  # noqa: PLC0415
 
     try:
         gateway = Gateway(settings)

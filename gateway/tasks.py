@@ -15,9 +15,7 @@ T = TypeVar("T")
 _LIVE_TASKS: set[asyncio.Task[Any]] = set()
 
 
-def spawn(
-    coro: Coroutine[Any, Any, T], *, name: str, loop: asyncio.AbstractEventLoop | None = None
-) -> asyncio.Task[T]:
+def spawn(coro: Coroutine[Any, Any, T], *, name: str, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Task[T]:
     """Start `coro` on `loop` (default: the running loop). A caller on a hot path passes the loop
     it holds: looking it up costs a getpid() syscall on Python 3.11."""
     task = (loop or asyncio.get_running_loop()).create_task(coro, name=name)

@@ -22,10 +22,9 @@ from multidict import CIMultiDict
 from gateway.egress.connect import PinnedResolver, describe_connect_error
 from gateway.egress.decompress import BoundedBody
 from gateway.egress.target import EgressCore, PinnedTarget
-from gateway.egress.urls import VettedUrl, vet_url
 from gateway.errors import ErrorCode, GatewayError
-from gateway.policy.load import LoadedPolicy
-from gateway.policy.model import Principal
+from gateway.policy.model import LoadedPolicy, Principal
+from gateway.vet.urls import VettedUrl, vet_url
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 READ_CHUNK_BYTES = 64 * 1024
@@ -242,4 +241,3 @@ def _resolve_location(base: str, location: str) -> str:
         return str(yarl.URL(base, encoded=True).join(yarl.URL(location)))
     except (ValueError, TypeError):
         raise GatewayError(ErrorCode.REDIRECT_BLOCKED, "redirect Location cannot be parsed") from None
-

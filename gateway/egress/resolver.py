@@ -18,9 +18,9 @@ import aiodns
 import aiodns.error
 import pycares
 
-from gateway.egress.addresses import IPAddress
-from gateway.egress.urls import refused_name_reason
 from gateway.errors import ErrorCode, GatewayError
+from gateway.vet.addresses import IPAddress
+from gateway.vet.urls import refused_name_reason
 
 MAX_CACHED_NAMES = 4096
 MAX_CACHE_TTL_S = 300.0

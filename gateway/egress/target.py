@@ -13,14 +13,13 @@ import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.egress.addresses import AddressGuard, IPAddress
 from gateway.egress.resolver import Resolver
-from gateway.egress.urls import VettedHost
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.decide import decide_addresses, decide_destination
-from gateway.policy.load import LoadedPolicy
-from gateway.policy.model import Principal
+from gateway.policy.model import LoadedPolicy, Principal
 from gateway.settings import ListenAddress
+from gateway.vet.addresses import AddressGuard, IPAddress
+from gateway.vet.urls import VettedHost
 
 # Allowed cached decisions kept per policy generation; cleared when full (agents reuse few hosts).
 MAX_REMEMBERED_TARGETS = 4096
@@ -161,8 +160,16 @@ class EgressCore:
         return report, decision.to_error()
 
     def _vet_addresses(
-        self, loaded: LoadedPolicy, principal: Principal, host: VettedHost, port: int, *,
-        addresses: tuple[IPAddress, ...], report: bool, would_deny: GatewayError | None, dns_s: float,
+        self,
+        loaded: LoadedPolicy,
+        principal: Principal,
+        host: VettedHost,
+        port: int,
+        *,
+        addresses: tuple[IPAddress, ...],
+        report: bool,
+        would_deny: GatewayError | None,
+        dns_s: float,
     ) -> PinnedTarget:
         vetted = decide_addresses(self.guard_for(loaded), principal, host.name, addresses)
         if not vetted.allowed and would_deny is None:

@@ -112,16 +112,33 @@ class AuditLog:
         )
 
     def connection_closed(
-        self, *, kind: str, principal: str, host: str, port: int, bytes_up: int, bytes_down: int,
-        duration_s: float, reason: str,
+        self,
+        *,
+        kind: str,
+        principal: str,
+        host: str,
+        port: int,
+        bytes_up: int,
+        bytes_down: int,
+        duration_s: float,
+        reason: str,
     ) -> None:
         """The close line of a tunnel or a forwarded request: the proxy writes one per connection."""
-        self.write_record({
-            "ts": time.time(), "event": "close", "kind": kind, "principal": principal, "host": host, "port": port,
-            "bytes_up": bytes_up, "bytes_down": bytes_down,
-            # Microseconds; round(x, 6) would format and parse a decimal string for the same value.
-            "duration_s": round(duration_s * 1e6) / 1e6, "close_reason": reason,
-        })
+        self.write_record(
+            {
+                "ts": time.time(),
+                "event": "close",
+                "kind": kind,
+                "principal": principal,
+                "host": host,
+                "port": port,
+                "bytes_up": bytes_up,
+                "bytes_down": bytes_down,
+                # Microseconds; round(x, 6) would format and parse a decimal string for the same value.
+                "duration_s": round(duration_s * 1e6) / 1e6,
+                "close_reason": reason,
+            }
+        )
 
     def close(self) -> None:
         self.flush()

@@ -100,8 +100,15 @@ class LoopCounter(_LoopMetric):
 class LoopHistogram(_LoopMetric):
     """A histogram family: `observe()` directly without labels, else `labels(...).observe()`."""
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (), *,
-                 buckets: Sequence[float], registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str] = (),
+        *,
+        buckets: Sequence[float],
+        registry: CollectorRegistry,
+    ) -> None:
         self._bounds = tuple(float(bound) for bound in buckets)
         self._bound_texts = tuple(_format_bound(bound) for bound in (*self._bounds, float("inf")))
         self._children: dict[tuple[str, ...], HistogramChild] = {}

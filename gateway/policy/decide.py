@@ -12,10 +12,10 @@ import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gateway.egress.addresses import AddressGuard, IPAddress, IPNetwork
-from gateway.egress.urls import VettedHost
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.model import Policy, Principal
+from gateway.vet.addresses import AddressGuard, IPAddress, IPNetwork
+from gateway.vet.urls import VettedHost
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,15 +11,13 @@ import ipaddress
 import logging
 import os
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import idna
 import yaml
 
-from gateway.egress.addresses import IPNetwork
 from gateway.policy.model import (
     Budgets,
     Defaults,
@@ -33,6 +31,7 @@ from gateway.policy.model import (
     ToolBudget,
     ToolSwitches,
 )
+from gateway.vet.addresses import IPNetwork
 
 log = logging.getLogger("egress_gateway.policy")
 
@@ -353,53 +352,3 @@ def load_policy_file(path: str | os.PathLike[str]) -> Policy:
     except (OSError, UnicodeDecodeError) as exc:
         raise PolicyError([f"{path}:0: cannot read the policy file ({exc.__class__.__name__}: {exc})"]) from None
     return parse_policy(text, str(path))
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedPolicy:
-    policy: Policy
-    generation: int
-
-
-class PolicyHolder:
-    """The current policy and its generation; reloads from the file, keeping the last good one."""
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        on_reload: Callable[[bool, int], None] | None = None,
-    ) -> None:
-        self.path = Path(path)
-        self._on_reload = on_reload
-        self._loaded = LoadedPolicy(load_policy_file(self.path), 1)
-        self._stamp = self._file_stamp()
-
-    @property
-    def current(self) -> LoadedPolicy:
-        return self._loaded
-
-    def _file_stamp(self) -> tuple[float, int, int] | None:
-        try:
-            st = self.path.stat()
-        except OSError:
-            return None
-        return (st.st_mtime, st.st_size, st.st_ino)
-
-    def changed_on_disk(self) -> bool:
-        return self._file_stamp() != self._stamp
-
-    def reload(self) -> bool:
-        """Load the file again. On failure keep the last good policy and report False."""
-        self._stamp = self._file_stamp()
-        try:
-            policy = load_policy_file(self.path)
-        except PolicyError as exc:
-            log.error("policy reload failed, keeping generation %d: %s", self._loaded.generation, exc)
-            if self._on_reload:
-                self._on_reload(False, self._loaded.generation)
-            return False
-        self._loaded = LoadedPolicy(policy, self._loaded.generation + 1)
-        log.info("policy reloaded from %s, generation %d", self.path, self._loaded.generation)
-        if self._on_reload:
-            self._on_reload(True, self._loaded.generation)
-        return True

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gateway.egress.addresses import IPNetwork
+from gateway.vet.addresses import IPNetwork
 
 Mode = Literal["enforce", "report"]
 SniMode = Literal["require", "match-if-present", "off"]
@@ -122,3 +122,11 @@ class Policy:
 
     def mode_for(self, principal: Principal) -> Mode:
         return principal.mode or self.defaults.mode
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPolicy:
+    """A policy and the generation number it was loaded as."""
+
+    policy: Policy
+    generation: int

@@ -18,9 +18,8 @@ from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import GatewayError
 from gateway.observe import metrics
-from gateway.policy.load import LoadedPolicy
-from gateway.policy.model import Principal
-from gateway.proxy.decisions import ForwardTarget, ProxyDecisions
+from gateway.policy.model import LoadedPolicy, Principal
+from gateway.proxy.decision_caches import ForwardTarget, ProxyDecisions
 from gateway.proxy.forward import ForwardExchange, UpstreamConnection, build_request_head
 from gateway.proxy.pool import UpstreamPool
 from gateway.tasks import spawn
@@ -36,8 +35,14 @@ class ForwardDispatcher:
         self.decisions = decisions
         self.pool = pool
 
-    def start(self, exchange: ForwardExchange, url: bytes, headers: list[tuple[bytes, bytes]],
-              authorization: bytes | None, named: frozenset[bytes]) -> None:
+    def start(
+        self,
+        exchange: ForwardExchange,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        authorization: bytes | None,
+        named: frozenset[bytes],
+    ) -> None:
         """Decide and send: synchronously when no DNS query is needed, else in an owned task."""
         loaded = self.core.loaded
         principal: Principal | None = None
@@ -60,8 +65,14 @@ class ForwardDispatcher:
         spawn(self._send_on_fresh_connection(exchange, exchange.request_head, timeout_s), name="proxy-retry")
 
     async def _pin_then_send(
-        self, exchange: ForwardExchange, principal: Principal, forward: ForwardTarget,
-        headers: list[tuple[bytes, bytes]], loaded: LoadedPolicy, *, named: frozenset[bytes],
+        self,
+        exchange: ForwardExchange,
+        principal: Principal,
+        forward: ForwardTarget,
+        headers: list[tuple[bytes, bytes]],
+        loaded: LoadedPolicy,
+        *,
+        named: frozenset[bytes],
     ) -> None:
         try:
             target = await self.core.pin(principal, forward.host, forward.port, loaded=loaded)
@@ -73,8 +84,15 @@ class ForwardDispatcher:
         self._send(exchange, principal, forward, target, headers, loaded=loaded, named=named)
 
     def _send(
-        self, exchange: ForwardExchange, principal: Principal, forward: ForwardTarget, target: PinnedTarget,
-        headers: list[tuple[bytes, bytes]], *, loaded: LoadedPolicy, named: frozenset[bytes],
+        self,
+        exchange: ForwardExchange,
+        principal: Principal,
+        forward: ForwardTarget,
+        target: PinnedTarget,
+        headers: list[tuple[bytes, bytes]],
+        *,
+        loaded: LoadedPolicy,
+        named: frozenset[bytes],
     ) -> None:
         exchange.principal = principal.name
         exchange.target = target
@@ -82,8 +100,9 @@ class ForwardDispatcher:
         settings = loaded.policy.proxy
         exchange.max_response_bytes = settings.max_response_bytes
         exchange.response_idle_s = settings.idle_timeout_s
-        head = build_request_head(exchange.method, forward.origin_form, forward.authority, headers,
-                                  exchange.chunked_request, named=named)
+        head = build_request_head(
+            exchange.method, forward.origin_form, forward.authority, headers, exchange.chunked_request, named=named
+        )
         upstream = self.pool.acquire(target)
         if upstream is None:
             spawn(self._send_on_fresh_connection(exchange, head, settings.connect_timeout_s), name="proxy-dial")
@@ -110,11 +129,19 @@ class ForwardDispatcher:
         upstream.start(exchange, head)
 
     def _deny(
-        self, exchange: ForwardExchange, error: GatewayError, loaded: LoadedPolicy,
-        principal: Principal | None, forward: ForwardTarget | None,
+        self,
+        exchange: ForwardExchange,
+        error: GatewayError,
+        loaded: LoadedPolicy,
+        principal: Principal | None,
+        forward: ForwardTarget | None,
     ) -> None:
         self.decisions.record_deny(
-            "http", principal.name if principal else None, forward.host.name if forward else None,
-            forward.port if forward else None, error=error, generation=loaded.generation,
+            "http",
+            principal.name if principal else None,
+            forward.host.name if forward else None,
+            forward.port if forward else None,
+            error=error,
+            generation=loaded.generation,
         )
         exchange.client.refuse_exchange(exchange, error)

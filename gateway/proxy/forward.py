@@ -64,14 +64,30 @@ class ForwardExchange:
     """One request and its response: state shared by the client and upstream protocols."""
 
     __slots__ = (
-        "body_done", "bytes_down", "bytes_up", "chunked_request", "client", "client_http10", "client_keep_alive",
+        "body_done",
+        "bytes_down",
+        "bytes_up",
+        "chunked_request",
+        "client",
+        "client_http10",
+        "client_keep_alive",
         "head_only",
-        "max_response_bytes", "method", "pending", "pending_bytes", "principal", "request_head",
-        "response_idle_s", "retried", "started", "target", "upstream",
+        "max_response_bytes",
+        "method",
+        "pending",
+        "pending_bytes",
+        "principal",
+        "request_head",
+        "response_idle_s",
+        "retried",
+        "started",
+        "target",
+        "upstream",
     )
 
-    def __init__(self, client: ClientSide, method: bytes, *, chunked_request: bool, client_http10: bool,
-                 client_keep_alive: bool) -> None:
+    def __init__(
+        self, client: ClientSide, method: bytes, *, chunked_request: bool, client_http10: bool, client_keep_alive: bool
+    ) -> None:
         self.client = client
         self.method = method
         self.head_only = method == b"HEAD"
@@ -129,8 +145,15 @@ class ForwardExchange:
             self.upstream.finish()
 
 
-def build_request_head(method: bytes, target: bytes, authority: bytes, headers: list[tuple[bytes, bytes]],
-                       chunked: bool, *, named: frozenset[bytes] | None = None) -> bytes:
+def build_request_head(
+    method: bytes,
+    target: bytes,
+    authority: bytes,
+    headers: list[tuple[bytes, bytes]],
+    chunked: bool,
+    *,
+    named: frozenset[bytes] | None = None,
+) -> bytes:
     """The upstream head: origin-form target, Host from the absolute URI, end-to-end headers only.
 
     `named` are the header names the request's Connection field lists, when the caller already

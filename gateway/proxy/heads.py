@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import httptools
 import orjson
 
-from gateway.egress.urls import VettedHost, vet_host
 from gateway.errors import ErrorCode, GatewayError
+from gateway.vet.urls import VettedHost, vet_host
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 100

@@ -25,15 +25,15 @@ from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
-from gateway.proxy.connect_flow import TunnelOpener, TunnelRequest
 from gateway.proxy.deadline import LazyDeadline
-from gateway.proxy.decisions import ProxyDecisions
+from gateway.proxy.decision_caches import ProxyDecisions
 from gateway.proxy.dispatch import ForwardDispatcher
 from gateway.proxy.forward import PAUSE_PIPELINE, ForwardExchange
 from gateway.proxy.heads import MAX_HEAD_BYTES, MAX_HEADERS, MAX_URL_BYTES, error_response, named_by_connection
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.sni import MAX_PEEK_BYTES
 from gateway.proxy.tunnel import Tunnel
+from gateway.proxy.tunnel_opener import TunnelOpener, TunnelRequest
 from gateway.tasks import spawn
 
 LISTEN_BACKLOG = 4096
@@ -203,7 +203,7 @@ class ClientConnection(asyncio.Protocol):
             if parser.get_method() != b"CONNECT":
                 self._refuse(GatewayError(ErrorCode.INVALID_INPUT, "protocol upgrades are not proxied; use CONNECT"))
                 return
-            self._begin_connect(data[upgrade.args[0]:])
+            self._begin_connect(data[upgrade.args[0] :])
             return
         except httptools.HttpParserError as exc:
             if self._no_more_requests:
@@ -311,9 +311,13 @@ class ClientConnection(asyncio.Protocol):
         method = parser.get_method()
         if method == b"CONNECT":
             return  # httptools raises HttpParserUpgrade next; handled in data_received
-        exchange = ForwardExchange(self, method, chunked_request=self._chunked,
-                                   client_http10=parser.get_http_version() == "1.0",
-                                   client_keep_alive=parser.should_keep_alive())
+        exchange = ForwardExchange(
+            self,
+            method,
+            chunked_request=self._chunked,
+            client_http10=parser.get_http_version() == "1.0",
+            client_keep_alive=parser.should_keep_alive(),
+        )
         self._receiving = exchange
         item = (exchange, self._url, self._headers, self._authorization, named_by_connection(self._connection_values))
         if self._exchange is None:
@@ -360,8 +364,13 @@ class ClientConnection(asyncio.Protocol):
             return
         # The finished request's own keep-alive, not the connection's: a pipelined head behind it
         # may already have asked to close after its own response.
-        if (not keep_alive or not exchange.client_keep_alive or self._eof or self.server.draining
-                or not exchange.body_done):
+        if (
+            not keep_alive
+            or not exchange.client_keep_alive
+            or self._eof
+            or self.server.draining
+            or not exchange.body_done
+        ):
             self._close()
             return
         self._next_exchange()
@@ -449,8 +458,9 @@ class ClientConnection(asyncio.Protocol):
         early = self._early
         if early:
             self._early = bytearray()
-        tunnel = self._tunnel = opener.establish(self.transport, request, dialed, bytes(early) if early else b"",
-                                                 self._deadline)
+        tunnel = self._tunnel = opener.establish(
+            self.transport, request, dialed, bytes(early) if early else b"", self._deadline
+        )
         if tunnel.closed:
             return
         if len(early) > MAX_PEEK_BYTES:
@@ -505,4 +515,3 @@ class ClientConnection(asyncio.Protocol):
                 self.transport.close()
             else:
                 self.transport.abort()
-

@@ -147,9 +147,29 @@ class Tunnel:
     """An established CONNECT tunnel. The listener forwards client events to it."""
 
     __slots__ = (
-        "address", "audit", "bytes_down", "bytes_up", "client", "close_reason", "closed", "connect_host", "deadline",
-        "ends_at", "eofs", "generation", "host_is_ip", "idle_s", "last_activity", "owner", "peek_buffer", "port",
-        "principal", "sni_mode", "started", "upstream", "upstream_proto",
+        "address",
+        "audit",
+        "bytes_down",
+        "bytes_up",
+        "client",
+        "close_reason",
+        "closed",
+        "connect_host",
+        "deadline",
+        "ends_at",
+        "eofs",
+        "generation",
+        "host_is_ip",
+        "idle_s",
+        "last_activity",
+        "owner",
+        "peek_buffer",
+        "port",
+        "principal",
+        "sni_mode",
+        "started",
+        "upstream",
+        "upstream_proto",
     )
 
     def __init__(
@@ -228,9 +248,16 @@ class Tunnel:
             if refusal is not None:
                 _SNI_DENIED.inc()
                 self.audit.decision(
-                    kind="connect", principal=self.principal, host=self.connect_host, port=self.port,
-                    addresses=(self.address,), decision="deny", code="policy_denied", reason=refusal,
-                    generation=self.generation, stage="sni",
+                    kind="connect",
+                    principal=self.principal,
+                    host=self.connect_host,
+                    port=self.port,
+                    addresses=(self.address,),
+                    decision="deny",
+                    code="policy_denied",
+                    reason=refusal,
+                    generation=self.generation,
+                    stage="sni",
                 )
                 self.close("sni_denied", abort=True)
                 return
@@ -324,8 +351,14 @@ class Tunnel:
         if self.bytes_down:
             _DOWN.inc(self.bytes_down)
         self.audit.connection_closed(
-            kind="connect", principal=self.principal, host=self.connect_host, port=self.port,
-            bytes_up=self.bytes_up, bytes_down=self.bytes_down, duration_s=duration, reason=reason,
+            kind="connect",
+            principal=self.principal,
+            host=self.connect_host,
+            port=self.port,
+            bytes_up=self.bytes_up,
+            bytes_down=self.bytes_down,
+            duration_s=duration,
+            reason=reason,
         )
         self.owner.tunnel_closed(self)
 

@@ -20,11 +20,11 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.policy.decide import authenticate, decide_destination
-from gateway.policy.load import LoadedPolicy
-from gateway.tools.calls import CallContext, ToolCalls, parse_budget_id, require_tool
+from gateway.policy.model import LoadedPolicy
+from gateway.tools.call_guard import CallContext, ToolCalls, parse_budget_id, require_tool
 from gateway.tools.fetch import FetchTool, parse_fetch_args
 from gateway.tools.search.query import parse_search_args
-from gateway.tools.search_tool import SearchTool
+from gateway.tools.search.tool import SearchTool
 
 MAX_REQUEST_BYTES = 64 * 1024
 

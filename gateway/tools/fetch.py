@@ -19,14 +19,13 @@ from urllib.parse import quote
 import orjson
 
 from gateway.egress.client import ClientLimits, FetchedResponse, GuardedClient, OutboundRequest
-from gateway.egress.urls import VettedUrl, vet_url
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.policy.load import LoadedPolicy
-from gateway.policy.model import Principal
-from gateway.tools.envelope import NOTICE, retrieved_at
-from gateway.tools.extract_pool import ExtractionPool
+from gateway.policy.model import LoadedPolicy, Principal
+from gateway.tools.extract.pool import ExtractionPool
+from gateway.tools.result_notice import NOTICE, retrieved_at
 from gateway.tools.robots import RobotsCache
+from gateway.vet.urls import VettedUrl, vet_url
 
 ACCEPT = "text/markdown, text/html;q=0.9, */*;q=0.5"
 MIN_MAX_CHARS, MAX_MAX_CHARS, DEFAULT_MAX_CHARS = 1_000, 32_000, 16_000
@@ -192,9 +191,7 @@ class FetchTool:
                 return None
             return robots.status, robots.body
 
-        await self._robots.check(
-            vetted.origin, vetted.target, fetch_robots, ttl_s=loaded.policy.fetch.robots_cache_s
-        )
+        await self._robots.check(vetted.origin, vetted.target, fetch_robots, ttl_s=loaded.policy.fetch.robots_cache_s)
 
     async def _get(
         self, vetted: VettedUrl, principal: Principal, loaded: LoadedPolicy, limits: ClientLimits

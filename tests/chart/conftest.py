@@ -106,9 +106,7 @@ class Helm:
     _cache: dict[tuple[str, str], Render] = field(default_factory=dict)
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.binary), *args], capture_output=True, text=True, timeout=60, check=False
-        )
+        return subprocess.run([str(self.binary), *args], capture_output=True, text=True, timeout=60, check=False)
 
     def template(
         self, values_files: Sequence[Path], kube_version: str, extra: Sequence[str] = ()
@@ -119,9 +117,7 @@ class Helm:
             args += ["-f", str(path)]
         return self.run(*args, *extra)
 
-    def render_custom(
-        self, values_file: str, kube_version: str, extra: Sequence[str] = ()
-    ) -> Render:
+    def render_custom(self, values_file: str, kube_version: str, extra: Sequence[str] = ()) -> Render:
         result = self.template([CI_DIR / f"{values_file}.yaml"], kube_version, extra)
         assert result.returncode == 0, result.stderr
         docs = [d for d in yaml.safe_load_all(result.stdout) if d]

@@ -62,9 +62,7 @@ def test_tmp_is_an_empty_dir_because_the_root_filesystem_is_read_only(
 
 
 @pytest.mark.parametrize(("values_file", "kube_version"), GATEWAY_RENDERS, ids=RENDER_IDS)
-def test_probes_hit_healthz_and_readyz_on_the_admin_port(
-    helm: Helm, values_file: str, kube_version: str
-) -> None:
+def test_probes_hit_healthz_and_readyz_on_the_admin_port(helm: Helm, values_file: str, kube_version: str) -> None:
     container = gateway_container(gateway_pod_spec(helm.render(values_file, kube_version)))
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"proxy": 3128, "api": 8080, "admin": 9090}
@@ -74,9 +72,7 @@ def test_probes_hit_healthz_and_readyz_on_the_admin_port(
 
 
 @pytest.mark.parametrize(("values_file", "kube_version"), GATEWAY_RENDERS, ids=RENDER_IDS)
-def test_grace_period_outlasts_prestop_wait_and_drain(
-    helm: Helm, values_file: str, kube_version: str
-) -> None:
+def test_grace_period_outlasts_prestop_wait_and_drain(helm: Helm, values_file: str, kube_version: str) -> None:
     pod = gateway_pod_spec(helm.render(values_file, kube_version))
     shutdown = chart_values(values_file)["shutdown"]
     container = gateway_container(pod)
@@ -98,9 +94,7 @@ def test_chart_refuses_a_grace_period_shorter_than_the_drain(helm: Helm) -> None
 
 
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
-def test_native_sidecar_is_a_restartable_init_container_gated_on_readyz(
-    helm: Helm, kube_version: str
-) -> None:
+def test_native_sidecar_is_a_restartable_init_container_gated_on_readyz(helm: Helm, kube_version: str) -> None:
     pod = gateway_pod_spec(helm.render("sidecar-native", kube_version))
     [sidecar] = pod["initContainers"]
     assert sidecar["name"] == "egress-gateway"
@@ -141,9 +135,7 @@ def test_legacy_sidecar_is_a_plain_container_with_a_prestop_wait(
         ("sidecar-legacy", LEGACY_KUBE_VERSION, "127.0.0.1"),
     ],
 )
-def test_proxy_and_api_bind_per_mode(
-    helm: Helm, values_file: str, kube_version: str, host: str
-) -> None:
+def test_proxy_and_api_bind_per_mode(helm: Helm, values_file: str, kube_version: str, host: str) -> None:
     env = env_of(gateway_container(gateway_pod_spec(helm.render(values_file, kube_version))))
     assert env["EGRESS_PROXY_LISTEN"] == f"{host}:3128"
     assert env["EGRESS_API_LISTEN"] == f"{host}:8080"
@@ -272,9 +264,9 @@ def pod_annotations(render_manifest: Manifest) -> dict[str, str]:
 def test_checksum_annotation_changes_with_the_policy(helm: Helm) -> None:
     before = pod_annotations(helm.render("deployment-default", "1.33.0").one("Deployment"))
     after = pod_annotations(
-        helm.render_custom(
-            "deployment-default", "1.33.0", ("--set", "policy.inline.defaults.mode=report")
-        ).one("Deployment")
+        helm.render_custom("deployment-default", "1.33.0", ("--set", "policy.inline.defaults.mode=report")).one(
+            "Deployment"
+        )
     )
     assert before["checksum/policy"] != after["checksum/policy"]
     assert before["checksum/secret"] == after["checksum/secret"]
@@ -283,7 +275,5 @@ def test_checksum_annotation_changes_with_the_policy(helm: Helm) -> None:
 
 
 def test_checksum_annotation_can_be_left_to_hot_reload(helm: Helm) -> None:
-    render = helm.render_custom(
-        "deployment-default", "1.33.0", ("--set", "policy.checksumAnnotation=false")
-    )
+    render = helm.render_custom("deployment-default", "1.33.0", ("--set", "policy.checksumAnnotation=false"))
     assert "checksum/policy" not in pod_annotations(render.one("Deployment"))

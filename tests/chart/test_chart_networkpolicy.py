@@ -75,9 +75,7 @@ def test_gateway_accepts_proxy_and_api_only_from_agents(helm: Helm) -> None:
     ingress = policies(helm, "deployment-ha")[FULLNAME]["spec"]["ingress"]
     from_agents, admin = ingress
     assert port_set(from_agents) == {("TCP", 3128), ("TCP", 8080)}
-    assert from_agents["from"] == [
-        {"podSelector": {"matchLabels": {"egress-gateway.io/agent": "true"}}}
-    ]
+    assert from_agents["from"] == [{"podSelector": {"matchLabels": {"egress-gateway.io/agent": "true"}}}]
     assert port_set(admin) == {("TCP", 9090)}
 
 

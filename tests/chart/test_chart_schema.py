@@ -82,9 +82,7 @@ def test_schema_rejects_bad_values_in_template_and_lint(
     ],
     ids=["grace-not-above-prestop-plus-drain", "servicemonitor-in-sidecar", "redis-without-peer"],
 )
-def test_chart_refuses_unsafe_combinations(
-    helm: Helm, settings: list[str], mentions: str
-) -> None:
+def test_chart_refuses_unsafe_combinations(helm: Helm, settings: list[str], mentions: str) -> None:
     args = ["template", RELEASE, str(CHART_DIR)]
     for setting in settings:
         args += ["--set", setting]

@@ -134,9 +134,7 @@ def test_listeners_bind_all_interfaces_by_default_in_the_image(stages: list[Stag
 
 def test_dockerignore_keeps_the_context_to_sources() -> None:
     patterns = [
-        line.strip()
-        for line in DOCKERIGNORE.read_text().splitlines()
-        if line.strip() and not line.startswith("#")
+        line.strip() for line in DOCKERIGNORE.read_text().splitlines() if line.strip() and not line.startswith("#")
     ]
     assert patterns[0] == "**", "the context should be an allowlist"
     allowed = {p.removeprefix("!").rstrip("/") for p in patterns if p.startswith("!")}

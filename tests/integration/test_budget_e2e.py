@@ -26,8 +26,7 @@ from tests.harness.origins import HarnessLoop, Origin, OriginFactory
 from tests.harness.redis_server import RedisServer
 
 ARTICLE = (
-    "<html><head><title>Budgets</title></head>"
-    "<body><article><h1>Budgets</h1><p>Counted.</p></article></body></html>"
+    "<html><head><title>Budgets</title></head><body><article><h1>Budgets</h1><p>Counted.</p></article></body></html>"
 )
 SERP_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "serp" / "duckduckgo_results.html"
 # Bounded waits for state another process reaches on its own (the readiness ping loop runs every 2 s).
@@ -75,8 +74,13 @@ class HoldingSite:
 # exits for that reason is started again on fresh ports; any other start failure still fails.
 
 
-def budgeted_policy(origin: Origin, *, fetch: Mapping[str, Any] | None = None,
-                    search: Mapping[str, Any] | None = None, deny_domains: Sequence[str] = ()) -> dict[str, Any]:
+def budgeted_policy(
+    origin: Origin,
+    *,
+    fetch: Mapping[str, Any] | None = None,
+    search: Mapping[str, Any] | None = None,
+    deny_domains: Sequence[str] = (),
+) -> dict[str, Any]:
     budgets: dict[str, Any] = {}
     if fetch is not None:
         budgets["fetch"] = dict(fetch)
@@ -99,10 +103,15 @@ def step_headers(run_id: str, step_id: str = "step-1") -> dict[str, str]:
     return {"X-Egress-Run": run_id, "X-Egress-Step": step_id}
 
 
-def fetch(gateway: GatewayProcess, url: str, headers: Mapping[str, str] | None = None,
-          payload: Mapping[str, Any] | None = None) -> httpx.Response:
-    return httpx.post(f"{gateway.api_url}/v1/fetch", json=dict(payload or {"url": url}),
-                      headers=dict(headers or {}), timeout=20)
+def fetch(
+    gateway: GatewayProcess,
+    url: str,
+    headers: Mapping[str, str] | None = None,
+    payload: Mapping[str, Any] | None = None,
+) -> httpx.Response:
+    return httpx.post(
+        f"{gateway.api_url}/v1/fetch", json=dict(payload or {"url": url}), headers=dict(headers or {}), timeout=20
+    )
 
 
 def error_code(response: httpx.Response) -> str | None:
@@ -117,8 +126,9 @@ def outcome_counts(responses: Sequence[httpx.Response]) -> Counter[tuple[int, st
     return Counter((response.status_code, error_code(response)) for response in responses)
 
 
-def start_fetches(client: httpx.AsyncClient, gateways: Sequence[GatewayProcess], url: str,
-                  headers: Mapping[str, str], count: int) -> list[asyncio.Task[httpx.Response]]:
+def start_fetches(
+    client: httpx.AsyncClient, gateways: Sequence[GatewayProcess], url: str, headers: Mapping[str, str], count: int
+) -> list[asyncio.Task[httpx.Response]]:
     """Start `count` fetches at once, alternating between the replicas; return the running tasks."""
 
     async def one(index: int) -> httpx.Response:
@@ -211,7 +221,9 @@ async def test_two_replicas_hold_exactly_three_concurrency_slots_until_released(
 
 
 def test_redis_killed_mid_run_fails_closed_keeps_the_daemon_up_and_recovers(
-    gateway_factory: GatewayFactory, origins: OriginFactory, harness_loop: HarnessLoop,
+    gateway_factory: GatewayFactory,
+    origins: OriginFactory,
+    harness_loop: HarnessLoop,
     private_redis_server: RedisServer,
 ) -> None:
     site = HoldingSite(harness_loop)
@@ -321,8 +333,13 @@ def test_memory_store_does_not_count_denials_before_the_reservation(
         fetch(gateway, "ftp://docs.example.org/file", headers),
         fetch(gateway, origin.url("/article"), {"X-Egress-Run": run_id, "X-Egress-Step": "has space"}),
     ]
-    assert [error_code(r) for r in denials] == ["invalid_input", "invalid_input", "unsafe_url", "unsafe_url",
-                                                 "invalid_input"]
+    assert [error_code(r) for r in denials] == [
+        "invalid_input",
+        "invalid_input",
+        "unsafe_url",
+        "unsafe_url",
+        "invalid_input",
+    ]
     ok = fetch(gateway, origin.url("/article"), headers)
     assert ok.status_code == 200, ok.text
     assert ok.json()["budget"] == {"step": {"remaining": 4}, "run": {"remaining": 49}}
@@ -363,8 +380,9 @@ def test_memory_store_refuses_a_search_started_within_min_interval_with_cooldown
     run_id = new_run()
 
     def search(query: str) -> httpx.Response:
-        return httpx.post(f"{gateway.api_url}/v1/search", json={"query": query}, headers=step_headers(run_id),
-                          timeout=20)
+        return httpx.post(
+            f"{gateway.api_url}/v1/search", json={"query": query}, headers=step_headers(run_id), timeout=20
+        )
 
     first = search("rust async")
     assert first.status_code == 200, first.text

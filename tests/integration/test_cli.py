@@ -38,7 +38,12 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     base = {k: v for k, v in os.environ.items() if not k.startswith("EGRESS_")}
     return subprocess.run(
         [sys.executable, "-m", "gateway", *args],
-        check=False, capture_output=True, text=True, timeout=30, cwd=ROOT, env={**base, **(env or {})},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+        env={**base, **(env or {})},
     )
 
 
@@ -100,9 +105,23 @@ def test_check_with_a_named_principal_uses_its_rules(check_env: dict[str, str]) 
         ("https://www.blocked.example/", "policy_denied"),
         ("https://nxdomain.cli-test.example/", "dns_failure"),
     ],
-    ids=["localhost", "gcp-metadata-name", "cluster-service", "metadata-literal", "hex-metadata-literal",
-         "overflowing-literal", "unparsable", "ftp-scheme", "userinfo", "port-not-allowed", "name-to-metadata",
-         "name-to-nat64-metadata", "public-and-private-answer", "deny-domains", "nxdomain"],
+    ids=[
+        "localhost",
+        "gcp-metadata-name",
+        "cluster-service",
+        "metadata-literal",
+        "hex-metadata-literal",
+        "overflowing-literal",
+        "unparsable",
+        "ftp-scheme",
+        "userinfo",
+        "port-not-allowed",
+        "name-to-metadata",
+        "name-to-nat64-metadata",
+        "public-and-private-answer",
+        "deny-domains",
+        "nxdomain",
+    ],
 )
 def test_check_denied_url_prints_the_code_and_exits_3(check_env: dict[str, str], url: str, code: str) -> None:
     exit_code, result = check(check_env, url)
@@ -124,9 +143,7 @@ def test_check_unknown_principal_is_denied(check_env: dict[str, str]) -> None:
     assert result["code"] == "policy_denied"
 
 
-def test_check_in_report_mode_allows_and_names_the_would_be_denial(
-    tmp_path: Path, check_env: dict[str, str]
-) -> None:
+def test_check_in_report_mode_allows_and_names_the_would_be_denial(tmp_path: Path, check_env: dict[str, str]) -> None:
     policy = tmp_path / "report.yaml"
     policy.write_text(
         'version: 1\ndefaults: {mode: report}\nprincipals: {default: {egress: {allow_domains: ["x.example"]}}}\n'
@@ -140,10 +157,22 @@ def test_check_in_report_mode_allows_and_names_the_would_be_denial(
 
 @pytest.mark.parametrize(
     "args",
-    [["check", "--no-such-flag", "https://example.com/"], ["check"], ["frobnicate"], [], ["policy"],
-     ["policy", "lint"]],
-    ids=["unknown-flag", "missing-url", "unknown-command", "no-command", "policy-without-subcommand",
-         "lint-without-file"],
+    [
+        ["check", "--no-such-flag", "https://example.com/"],
+        ["check"],
+        ["frobnicate"],
+        [],
+        ["policy"],
+        ["policy", "lint"],
+    ],
+    ids=[
+        "unknown-flag",
+        "missing-url",
+        "unknown-command",
+        "no-command",
+        "policy-without-subcommand",
+        "lint-without-file",
+    ],
 )
 def test_bad_flags_exit_2(args: list[str]) -> None:
     run = run_cli(*args)

@@ -18,7 +18,7 @@ from gateway.egress.connect import build_ssl_context
 from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
-from gateway.policy.load import PolicyHolder
+from gateway.policy.holder import PolicyHolder
 from gateway.settings import load_settings
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS

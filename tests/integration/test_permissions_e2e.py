@@ -46,8 +46,13 @@ def token_policy(*origins_: Origin, principals: Mapping[str, Any]) -> dict[str, 
     )
 
 
-def call(gateway: GatewayProcess, tool: str, body: Mapping[str, Any], token: str | None = None,
-         authorization: str | None = None) -> httpx.Response:
+def call(
+    gateway: GatewayProcess,
+    tool: str,
+    body: Mapping[str, Any],
+    token: str | None = None,
+    authorization: str | None = None,
+) -> httpx.Response:
     headers = {"X-Egress-Run": "run-perm", "X-Egress-Step": "step-1"}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
@@ -79,8 +84,9 @@ def test_search_and_fetch_are_separate_switches_per_token_principal(
         # No tools section at all: both switches default to off.
         "bare": token_principal(BARE_TOKEN),
     }
-    gateway = gateway_factory(token_policy(origin, engine, principals=principals),
-                              env={"EGRESS_SEARCH_DUCKDUCKGO_URL": engine.url("/html/")})
+    gateway = gateway_factory(
+        token_policy(origin, engine, principals=principals), env={"EGRESS_SEARCH_DUCKDUCKGO_URL": engine.url("/html/")}
+    )
     fetch_body = {"url": origin.url("/article")}
     search_body = {"query": "rust async"}
 

@@ -20,9 +20,9 @@ from aiohttp import web
 
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import PinnedTarget
-from gateway.egress.urls import vet_host
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.decide import token_digest
+from gateway.vet.urls import vet_host
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess, free_port
@@ -71,7 +71,10 @@ def tls_origin(origins: OriginFactory) -> Origin:
 def _curl(proxy: ProxyProcess, url: str, pki: TestPKI, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["curl", "-sS", "--max-time", "10", "-x", proxy.url, "--cacert", str(pki.ca_path), *extra, url],
-        capture_output=True, text=True, timeout=20, check=False,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
     )
 
 
@@ -119,9 +122,7 @@ def test_httpx_through_connect_with_basic_credentials(
     assert TOKEN not in proxy.audit_path.read_text()
 
 
-def test_missing_credentials_get_407_with_proxy_authenticate(
-    proxy_factory: ProxyFactory, tls_origin: Origin
-) -> None:
+def test_missing_credentials_get_407_with_proxy_authenticate(proxy_factory: ProxyFactory, tls_origin: Origin) -> None:
     principals = {"agent": {"token_sha256": token_digest(TOKEN), "egress": {"allow_domains": ["*"]}}}
     proxy = proxy_factory(proxy_policy([tls_origin.cidr], ports=[tls_origin.port], principals=principals))
     sock, answer = _connect(proxy, f"docs.example.org:{tls_origin.port}")
@@ -282,9 +283,11 @@ def test_egress_gateway_serve_proxies_connect_on_its_proxy_listener(
 ) -> None:
     gateway = gateway_factory(proxy_policy([tls_origin.cidr], ports=[tls_origin.port]))
     result = subprocess.run(
-        ["curl", "-sS", "--max-time", "10", "-x", gateway.proxy_url, "--cacert", str(pki.ca_path),
-         tls_origin.url("/")],
-        capture_output=True, text=True, timeout=20, check=False,
+        ["curl", "-sS", "--max-time", "10", "-x", gateway.proxy_url, "--cacert", str(pki.ca_path), tls_origin.url("/")],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
     )
     assert result.returncode == 0, (result.stderr, gateway.stderr())
     assert result.stdout.startswith("hello from docs.example.org")

@@ -281,14 +281,20 @@ THREE_PAGE_PATHS = ["/p/one?delay=0.3", "/p/two", "/p/three"]
 
 def _three_pages(origin: Origin, *last_headers: str) -> bytes:
     """Three pipelined GETs in one write, the first answered slowest; `last_headers` go on the last."""
-    return (_get(origin.url(THREE_PAGE_PATHS[0])) + _get(origin.url(THREE_PAGE_PATHS[1]))
-            + _get(origin.url(THREE_PAGE_PATHS[2]), *last_headers))
+    return (
+        _get(origin.url(THREE_PAGE_PATHS[0]))
+        + _get(origin.url(THREE_PAGE_PATHS[1]))
+        + _get(origin.url(THREE_PAGE_PATHS[2]), *last_headers)
+    )
 
 
 def _three_answers_then_close(reader: ResponseReader) -> list[RawResponse]:
     responses = reader.finals(3)
-    assert [r.body.decode() for r in responses] == ["page one oneoneone", "page two twotwotwo",
-                                                    "page three threethreethree"]
+    assert [r.body.decode() for r in responses] == [
+        "page one oneoneone",
+        "page two twotwotwo",
+        "page three threethreethree",
+    ]
     assert reader.wait_closed() == b""
     return responses
 
@@ -359,11 +365,16 @@ def test_a_post_body_in_a_pipeline_reaches_the_origin_and_the_order_holds(
 ) -> None:
     payload = bytes(range(256)) * 64
     if chunked:
-        post = (f"POST {http_origin.url('/echo')} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                .encode() + b"%x\r\n%b\r\n" % (len(payload), payload) + b"0\r\n\r\n")
+        post = (
+            f"POST {http_origin.url('/echo')} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+            + b"%x\r\n%b\r\n" % (len(payload), payload)
+            + b"0\r\n\r\n"
+        )
     else:
-        post = (f"POST {http_origin.url('/echo')} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n\r\n"
-                .encode() + payload)
+        post = (
+            f"POST {http_origin.url('/echo')} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
     with _client(proxy.port) as (sock, reader):
         sock.sendall(_get(http_origin.url("/p/one?delay=0.3")) + post + _get(http_origin.url("/p/three")))
         first, echoed, third = reader.finals(3)
@@ -431,8 +442,9 @@ def test_a_client_that_gets_no_100_sends_its_body_after_waiting_and_still_gets_i
     assert seen.bodies == [payload]
 
 
-@pytest.mark.parametrize(("path", "relayed"), [("/echo", True), ("/echo-no-100", False)],
-                         ids=["origin-sends-100", "origin-silent"])
+@pytest.mark.parametrize(
+    ("path", "relayed"), [("/echo", True), ("/echo-no-100", False)], ids=["origin-sends-100", "origin-silent"]
+)
 def test_curl_with_expect_100_continue_completes_its_post(
     proxy: ProxyProcess, http_origin: Origin, seen: Seen, tmp_path: Path, path: str, relayed: bool
 ) -> None:
@@ -440,10 +452,29 @@ def test_curl_with_expect_100_continue_completes_its_post(
     data = tmp_path / "payload.bin"
     data.write_bytes(payload)
     result = subprocess.run(
-        ["curl", "-sS", "-v", "--max-time", "20", "--expect100-timeout", str(EXPECT_WAIT_S), "-x", proxy.url,
-         "-H", "Expect: 100-continue", "--data-binary", f"@{data}", "-o", str(tmp_path / "out.bin"),
-         "-w", "%{http_code}", http_origin.url(path)],
-        capture_output=True, timeout=40, check=False,
+        [
+            "curl",
+            "-sS",
+            "-v",
+            "--max-time",
+            "20",
+            "--expect100-timeout",
+            str(EXPECT_WAIT_S),
+            "-x",
+            proxy.url,
+            "-H",
+            "Expect: 100-continue",
+            "--data-binary",
+            f"@{data}",
+            "-o",
+            str(tmp_path / "out.bin"),
+            "-w",
+            "%{http_code}",
+            http_origin.url(path),
+        ],
+        capture_output=True,
+        timeout=40,
+        check=False,
     )
     assert result.returncode == 0, result.stderr.decode(errors="replace")
     assert result.stdout == b"200"
@@ -453,9 +484,7 @@ def test_curl_with_expect_100_continue_completes_its_post(
     assert seen.bodies == [payload]
 
 
-def test_an_http10_client_never_gets_an_interim_100(
-    proxy: ProxyProcess, http_origin: Origin, seen: Seen
-) -> None:
+def test_an_http10_client_never_gets_an_interim_100(proxy: ProxyProcess, http_origin: Origin, seen: Seen) -> None:
     # HTTP/1.0 has no 1xx responses: such a client reads the first status line as its answer.
     # The origin is asked in HTTP/1.1 (build_request_head), honours the forwarded Expect and sends
     # 100; the gateway must swallow it (or strip Expect) rather than pass it to this client.
@@ -493,9 +522,7 @@ def _ipv6_loopback_unusable() -> str | None:
 class IPv6ProxyProcess(ProxyProcess):
     """The gateway with its proxy listener on [::1]:PORT (the API and admin stay on 127.0.0.1)."""
 
-    def __init__(
-        self, workdir: Path, policy: Mapping[str, Any], nameserver: str, ca_bundle: Path, port: int
-    ) -> None:
+    def __init__(self, workdir: Path, policy: Mapping[str, Any], nameserver: str, ca_bundle: Path, port: int) -> None:
         super().__init__(workdir, policy, nameserver, ca_bundle)
         self._listen_v6(port)
 
@@ -556,14 +583,20 @@ def test_ipv6_listener_serves_connect_and_plain_http(
     # CONNECT (curl, end-to-end TLS verified against the test CA).
     tunnelled = subprocess.run(
         ["curl", "-sS", "--max-time", "15", "-x", proxy.url, "--cacert", str(pki.ca_path), tls_origin.url("/")],
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
     assert tunnelled.returncode == 0, (tunnelled.stderr, proxy.stderr())
     assert tunnelled.stdout == f"tls hello from docs6.example.org:{tls_origin.port}"
     # Plain absolute-URI GET, with curl and with httpx.
     plain = subprocess.run(
         ["curl", "-sS", "--max-time", "15", "-x", proxy.url, http_origin.url("/p/six")],
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
     assert plain.returncode == 0, (plain.stderr, proxy.stderr())
     assert plain.stdout == "page six sixsixsix"

@@ -95,9 +95,23 @@ def test_curl_get_is_forwarded_with_host_from_the_uri_and_no_proxy_headers(
     proxy: ProxyProcess, http_origin: Origin
 ) -> None:
     result = subprocess.run(
-        ["curl", "-sS", "--max-time", "10", "-x", proxy.url, "-H", "Proxy-Connection: keep-alive",
-         "-H", "X-Trace: 1", http_origin.url("/a?b=c")],
-        capture_output=True, text=True, timeout=20, check=False,
+        [
+            "curl",
+            "-sS",
+            "--max-time",
+            "10",
+            "-x",
+            proxy.url,
+            "-H",
+            "Proxy-Connection: keep-alive",
+            "-H",
+            "X-Trace: 1",
+            http_origin.url("/a?b=c"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert f'"host": "plain.example.org:{http_origin.port}"' in result.stdout
@@ -352,9 +366,7 @@ def test_cached_decision_still_refuses_a_name_resolving_to_a_denied_address(
     assert [r.headers["X-Egress-Code"] for r in responses] == ["blocked_destination"] * 2
 
 
-def test_cached_decision_still_refuses_the_gateways_own_address(
-    proxy_factory: ProxyFactory, fake_dns: FakeDNS
-) -> None:
+def test_cached_decision_still_refuses_the_gateways_own_address(proxy_factory: ProxyFactory, fake_dns: FakeDNS) -> None:
     fake_dns.add("self.example.org", "127.0.0.1", ttl=300)
     port = free_port()
     # Even a policy that opens 127.0.0.1 and the proxy's port cannot make the proxy dial itself.
@@ -369,8 +381,9 @@ def test_cached_decision_in_report_mode_allows_and_audits_would_deny_each_time(
 ) -> None:
     fake_dns.add(http_origin.name, http_origin.ip, ttl=300)
     principals = {"default": {"egress": {"allow_domains": ["only.example.com"]}}}
-    policy = proxy_policy([http_origin.cidr], ports=[http_origin.port], principals=principals,
-                          defaults={"mode": "report"})
+    policy = proxy_policy(
+        [http_origin.cidr], ports=[http_origin.port], principals=principals, defaults={"mode": "report"}
+    )
     proxy = proxy_factory(policy)
     responses = _get_twice(proxy, http_origin.url("/"))
     assert [r.status_code for r in responses] == [200, 200]

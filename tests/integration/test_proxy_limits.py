@@ -128,8 +128,13 @@ def test_a_busy_tunnel_is_still_closed_at_its_maximum_lifetime(
     # The tunnel's limits ride on the client connection's deadline (armed at accept for the head
     # deadline): activity must keep the idle limit away but never the lifetime.
     origin = origins.start(Pusher().app(), names=("bulk.example.org",), tls=False)
-    proxy = proxy_factory(proxy_policy([origin.cidr], ports=[origin.port],
-                                       proxy={"idle_timeout_s": 0.4, "max_tunnel_lifetime_s": 1.5, "sni": "off"}))
+    proxy = proxy_factory(
+        proxy_policy(
+            [origin.cidr],
+            ports=[origin.port],
+            proxy={"idle_timeout_s": 0.4, "max_tunnel_lifetime_s": 1.5, "sni": "off"},
+        )
+    )
     with _open_tunnel(proxy, f"bulk.example.org:{origin.port}") as sock:
         sock.settimeout(10)
         started = time.monotonic()

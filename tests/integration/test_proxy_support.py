@@ -45,7 +45,6 @@ class ProxyProcess(GatewayProcess):
         raise RuntimeError("no VmRSS line")
 
 
-
 def proxy_policy(
     allow_cidrs: Sequence[str],
     *,

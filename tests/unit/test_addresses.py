@@ -9,7 +9,7 @@ import ipaddress
 
 import pytest
 
-from gateway.egress.addresses import AddressGuard, IPAddress, IPNetwork, parse_networks
+from gateway.vet.addresses import AddressGuard, IPAddress, IPNetwork, parse_networks
 
 
 def ip(text: str) -> IPAddress:
@@ -49,10 +49,29 @@ DENIED_V4: list[tuple[str, str]] = [
     ("168.63.129.16", "168.63.129.16/32"),
 ]
 DENIED_V4_IDS = [
-    "this-network", "unspecified-v4", "private-10", "cgnat", "alibaba-metadata", "loopback", "loopback-top",
-    "aws-metadata", "private-172", "private-172-top", "oracle-metadata", "test-net-1", "6to4-relay",
-    "private-192-168", "benchmarking", "benchmarking-top", "test-net-2", "test-net-3", "multicast",
-    "multicast-ssdp", "reserved-240", "broadcast", "azure-platform",
+    "this-network",
+    "unspecified-v4",
+    "private-10",
+    "cgnat",
+    "alibaba-metadata",
+    "loopback",
+    "loopback-top",
+    "aws-metadata",
+    "private-172",
+    "private-172-top",
+    "oracle-metadata",
+    "test-net-1",
+    "6to4-relay",
+    "private-192-168",
+    "benchmarking",
+    "benchmarking-top",
+    "test-net-2",
+    "test-net-3",
+    "multicast",
+    "multicast-ssdp",
+    "reserved-240",
+    "broadcast",
+    "azure-platform",
 ]
 
 DENIED_V6: list[tuple[str, str]] = [
@@ -76,10 +95,24 @@ DENIED_V6: list[tuple[str, str]] = [
     ("5f00::1", "5f00::/16"),
 ]
 DENIED_V6_IDS = [
-    "unspecified-v6", "loopback-v6", "mapped-loopback", "compatible-loopback", "nat64-metadata",
-    "local-nat64-metadata", "discard-only", "unique-local", "aws-metadata-v6", "gcp-metadata-v6",
-    "link-local-v6", "site-local", "multicast-v6", "ietf-protocol-assignments", "documentation-v6",
-    "6to4-of-public", "documentation-3fff", "segment-routing",
+    "unspecified-v6",
+    "loopback-v6",
+    "mapped-loopback",
+    "compatible-loopback",
+    "nat64-metadata",
+    "local-nat64-metadata",
+    "discard-only",
+    "unique-local",
+    "aws-metadata-v6",
+    "gcp-metadata-v6",
+    "link-local-v6",
+    "site-local",
+    "multicast-v6",
+    "ietf-protocol-assignments",
+    "documentation-v6",
+    "6to4-of-public",
+    "documentation-3fff",
+    "segment-routing",
 ]
 
 # IPv4-embedding forms: (address, embedded IPv4 the reason must name)
@@ -94,8 +127,13 @@ EMBEDDING: list[tuple[str, str]] = [
     ("2001::5601:5601", "169.254.169.254"),
 ]
 EMBEDDING_IDS = [
-    "mapped-metadata", "compatible-metadata", "nat64-metadata", "local-nat64-metadata", "6to4-metadata",
-    "teredo-rfc4380-example", "teredo-xored-metadata",
+    "mapped-metadata",
+    "compatible-metadata",
+    "nat64-metadata",
+    "local-nat64-metadata",
+    "6to4-metadata",
+    "teredo-rfc4380-example",
+    "teredo-xored-metadata",
 ]
 
 
@@ -183,9 +221,17 @@ PRECEDENCE: list[tuple[list[str], list[str], str, bool]] = [
     (["169.254.0.0/16"], [], "::ffff:169.254.169.254", False),
 ]
 PRECEDENCE_IDS = [
-    "allow-exact-host", "allow-does-not-open-neighbour", "deny-more-specific-wins", "allow-outside-deny",
-    "allow-more-specific-wins", "tie-deny-wins", "extra-deny-on-public", "tie-on-public-deny-wins",
-    "allow-ula-prefix", "deny-inside-allowed-ula", "v4-allow-does-not-open-mapped-v6",
+    "allow-exact-host",
+    "allow-does-not-open-neighbour",
+    "deny-more-specific-wins",
+    "allow-outside-deny",
+    "allow-more-specific-wins",
+    "tie-deny-wins",
+    "extra-deny-on-public",
+    "tie-on-public-deny-wins",
+    "allow-ula-prefix",
+    "deny-inside-allowed-ula",
+    "v4-allow-does-not-open-mapped-v6",
 ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.tools.challenge import detect_challenge
+from gateway.tools.extract.challenge import detect_challenge
 
 ARTICLE = "<p>" + " ".join(["Researchers studied how people solve puzzles every day."] * 80) + "</p>"
 

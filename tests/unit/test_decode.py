@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.tools.decode import DecodedBody, decode_body
+from gateway.tools.extract.decode import DecodedBody, decode_body
 
 
 @pytest.mark.parametrize(

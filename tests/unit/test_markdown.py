@@ -8,8 +8,8 @@ import pytest
 from selectolax.lexbor import LexborHTMLParser
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.tools.main_content_measure import TextStats, surely_holds, text_length
-from gateway.tools.markdown import Extraction, Link, html_to_markdown
+from gateway.tools.extract.main_content_measure import TextStats, surely_holds, text_length
+from gateway.tools.extract.markdown import Extraction, Link, html_to_markdown
 
 PAGE_URL = "https://news.example.org/world/story.html"
 FIXTURE_PAGES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "pages"

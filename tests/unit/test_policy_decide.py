@@ -6,8 +6,6 @@ import ipaddress
 
 import pytest
 
-from gateway.egress.addresses import AddressGuard, IPAddress
-from gateway.egress.urls import VettedHost, vet_host
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.decide import (
     authenticate,
@@ -18,6 +16,8 @@ from gateway.policy.decide import (
 )
 from gateway.policy.load import parse_policy
 from gateway.policy.model import Policy, Principal
+from gateway.vet.addresses import AddressGuard, IPAddress
+from gateway.vet.urls import VettedHost, vet_host
 
 RESEARCH_TOKEN = "research-token-for-tests-only"
 CODING_TOKEN = "coding-token-for-tests-only"
@@ -68,8 +68,18 @@ def ip(text: str) -> IPAddress:
         ("example.com", "www.example.com", False),
         ("example.com", "notexample.com", False),
     ],
-    ids=["star-any", "star-deep", "wildcard-sub", "wildcard-deep-sub", "wildcard-not-apex", "wildcard-not-suffix-text",
-         "wildcard-not-prefix", "exact", "exact-not-sub", "exact-not-suffix-text"],
+    ids=[
+        "star-any",
+        "star-deep",
+        "wildcard-sub",
+        "wildcard-deep-sub",
+        "wildcard-not-apex",
+        "wildcard-not-suffix-text",
+        "wildcard-not-prefix",
+        "exact",
+        "exact-not-sub",
+        "exact-not-suffix-text",
+    ],
 )
 def test_domain_glob_matching(glob: str, name: str, matches: bool) -> None:
     assert glob_matches(glob, name) is matches
@@ -88,8 +98,17 @@ def test_domain_glob_matching(glob: str, name: str, matches: bool) -> None:
         (DEFAULT, "pastebin.com", False),
         (DEFAULT, "evil.example", True),
     ],
-    ids=["wildcard-sub", "wildcard-apex-denied", "exact", "exact-sub-denied", "normalised-name", "star",
-         "deny-glob-beats-star", "deny-exact-beats-star", "deny-wildcard-not-apex"],
+    ids=[
+        "wildcard-sub",
+        "wildcard-apex-denied",
+        "exact",
+        "exact-sub-denied",
+        "normalised-name",
+        "star",
+        "deny-glob-beats-star",
+        "deny-exact-beats-star",
+        "deny-wildcard-not-apex",
+    ],
 )
 def test_destination_follows_allow_and_deny_domains(principal: Principal, name: str, allowed: bool) -> None:
     decision = decide_destination(POLICY, principal, host(name), 443)
@@ -181,8 +200,13 @@ def test_no_address_is_a_dns_failure() -> None:
         (CODING, "other.corp.example", "10.20.1.5", False),
         (DEFAULT, "api.corp.example", "10.20.1.5", False),
     ],
-    ids=["named-host-in-its-range", "named-host-outside-its-range", "named-host-to-metadata",
-         "other-name-same-range", "other-principal-same-name"],
+    ids=[
+        "named-host-in-its-range",
+        "named-host-outside-its-range",
+        "named-host-to-metadata",
+        "other-name-same-range",
+        "other-principal-same-name",
+    ],
 )
 def test_internal_host_opens_its_range_to_that_name_and_principal_only(
     principal: Principal, name: str, address: str, allowed: bool
@@ -238,8 +262,13 @@ def test_report_mode_decision_still_names_the_denial() -> None:
         (None, None, "default"),
         ("research-agent", None, "default"),
     ],
-    ids=["bearer-token", "basic-user-and-token", "other-token", "no-credential-gets-default",
-         "user-without-token-gets-default"],
+    ids=[
+        "bearer-token",
+        "basic-user-and-token",
+        "other-token",
+        "no-credential-gets-default",
+        "user-without-token-gets-default",
+    ],
 )
 def test_authenticate_names_the_principal(user: str | None, token: str | None, expected: str) -> None:
     assert authenticate(POLICY, user, token).name == expected

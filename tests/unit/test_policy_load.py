@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.policy.load import PolicyError, PolicyHolder, load_policy_file, parse_policy
+from gateway.policy.holder import PolicyHolder
+from gateway.policy.load import PolicyError, load_policy_file, parse_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 INVALID = ROOT / "tests" / "fixtures" / "policies" / "invalid"
@@ -91,7 +92,10 @@ def test_shipped_policy_is_valid(path: Path) -> None:
 def test_shipped_policy_passes_policy_lint(path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "gateway", "policy", "lint", str(path)],
-        check=False, capture_output=True, text=True, timeout=30,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith(f"{path}: valid")
@@ -101,7 +105,10 @@ def test_invalid_policy_fails_policy_lint_with_file_line_on_stderr() -> None:
     path = INVALID / "port_out_of_range.yaml"
     run = subprocess.run(
         [sys.executable, "-m", "gateway", "policy", "lint", str(path)],
-        check=False, capture_output=True, text=True, timeout=30,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert run.returncode == 1
     assert run.stdout == ""

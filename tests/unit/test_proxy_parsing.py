@@ -76,11 +76,30 @@ def test_connect_authority_is_parsed(raw: bytes, host: str, port: int) -> None:
 
 @pytest.mark.parametrize(
     "raw",
-    [b"docs.example.org", b"docs.example.org:", b"docs.example.org:0", b"docs.example.org:65536",
-     b"docs.example.org:+443", b"::1:443", b":443", b"user@docs.example.org:443", b"localhost:443",
-     b"docs.example.org:0443x"],
-    ids=["no-port", "empty-port", "port-zero", "port-too-big", "signed-port", "unbracketed-ipv6", "no-host",
-         "userinfo", "internal-name", "garbage-port"],
+    [
+        b"docs.example.org",
+        b"docs.example.org:",
+        b"docs.example.org:0",
+        b"docs.example.org:65536",
+        b"docs.example.org:+443",
+        b"::1:443",
+        b":443",
+        b"user@docs.example.org:443",
+        b"localhost:443",
+        b"docs.example.org:0443x",
+    ],
+    ids=[
+        "no-port",
+        "empty-port",
+        "port-zero",
+        "port-too-big",
+        "signed-port",
+        "unbracketed-ipv6",
+        "no-host",
+        "userinfo",
+        "internal-name",
+        "garbage-port",
+    ],
 )
 def test_bad_connect_authority_is_refused(raw: bytes) -> None:
     with pytest.raises(GatewayError) as caught:
@@ -125,10 +144,18 @@ def test_bad_absolute_target_is_refused(raw: bytes, code: ErrorCode) -> None:
 
 def test_hop_by_hop_and_proxy_headers_are_not_forwarded() -> None:
     headers = [
-        (b"Host", b"evil.example.com"), (b"Connection", b"keep-alive, X-Secret-Hop"), (b"X-Secret-Hop", b"1"),
-        (b"Proxy-Authorization", b"Basic c2VjcmV0"), (b"Proxy-Connection", b"keep-alive"), (b"Keep-Alive", b"300"),
-        (b"TE", b"trailers"), (b"Trailer", b"X"), (b"Upgrade", b"h2c"), (b"Transfer-Encoding", b"chunked"),
-        (b"Accept", b"*/*"), (b"Content-Length", b"3"),
+        (b"Host", b"evil.example.com"),
+        (b"Connection", b"keep-alive, X-Secret-Hop"),
+        (b"X-Secret-Hop", b"1"),
+        (b"Proxy-Authorization", b"Basic c2VjcmV0"),
+        (b"Proxy-Connection", b"keep-alive"),
+        (b"Keep-Alive", b"300"),
+        (b"TE", b"trailers"),
+        (b"Trailer", b"X"),
+        (b"Upgrade", b"h2c"),
+        (b"Transfer-Encoding", b"chunked"),
+        (b"Accept", b"*/*"),
+        (b"Content-Length", b"3"),
     ]
     assert end_to_end_headers(headers) == [(b"Accept", b"*/*"), (b"Content-Length", b"3")]
     head = build_request_head(b"POST", b"/p", b"a.example.org", headers, chunked=True)
@@ -168,8 +195,19 @@ def test_auth_denial_is_407_with_proxy_authenticate() -> None:
         (GatewayError(ErrorCode.TOO_LARGE, "response over the cap"), 502),
         (GatewayError(ErrorCode.TIMEOUT, "no response"), 504),
     ],
-    ids=["unsafe-url", "blocked-destination", "policy-denied", "auth-required", "malformed", "head-too-large",
-         "tunnel-limit", "dns-failure", "connect-failure", "response-too-large", "upstream-timeout"],
+    ids=[
+        "unsafe-url",
+        "blocked-destination",
+        "policy-denied",
+        "auth-required",
+        "malformed",
+        "head-too-large",
+        "tunnel-limit",
+        "dns-failure",
+        "connect-failure",
+        "response-too-large",
+        "upstream-timeout",
+    ],
 )
 def test_proxy_status_for_each_code(error: GatewayError, status: int) -> None:
     assert proxy_status(error) == status
@@ -201,9 +239,19 @@ def _peek(status: PeekStatus, name: str | None = None) -> ClientHelloPeek:
         ("match-if-present", 443, _peek(PeekStatus.MALFORMED), False),
         ("off", 443, _peek(PeekStatus.COMPLETE, "b.example.org"), True),
     ],
-    ids=["require-match", "require-mismatch", "require-no-sni", "require-not-tls", "require-plain-port",
-         "require-other-port-mismatch", "present-no-sni", "present-not-tls", "present-mismatch", "malformed",
-         "off"],
+    ids=[
+        "require-match",
+        "require-mismatch",
+        "require-no-sni",
+        "require-not-tls",
+        "require-plain-port",
+        "require-other-port-mismatch",
+        "present-no-sni",
+        "present-not-tls",
+        "present-mismatch",
+        "malformed",
+        "off",
+    ],
 )
 def test_sni_verdict_by_mode(mode: str, port: int, peek: ClientHelloPeek, allowed: bool) -> None:
     verdict = sni_verdict(mode, port, "a.example.org", False, peek)  # type: ignore[arg-type]

@@ -10,8 +10,8 @@ import ipaddress
 
 import pytest
 
-from gateway.egress.urls import MAX_URL_CHARS, parse_legacy_ipv4, refused_name_reason, vet_host, vet_url
 from gateway.errors import ErrorCode, GatewayError
+from gateway.vet.urls import MAX_URL_CHARS, parse_legacy_ipv4, refused_name_reason, vet_host, vet_url
 
 PORTS = (80, 443)
 
@@ -51,8 +51,15 @@ def refused(url: str, *, ports: tuple[int, ...] = PORTS, literal_ips: bool = Tru
         ("http://example.com:443/", "http://example.com:443/"),
     ],
     ids=[
-        "http", "https-with-query", "uppercase-scheme-and-host", "no-path", "query-without-path",
-        "fragment-dropped", "default-http-port-dropped", "default-https-port-dropped", "http-on-443-kept",
+        "http",
+        "https-with-query",
+        "uppercase-scheme-and-host",
+        "no-path",
+        "query-without-path",
+        "fragment-dropped",
+        "default-http-port-dropped",
+        "default-https-port-dropped",
+        "http-on-443-kept",
     ],
 )
 def test_http_and_https_urls_are_canonicalised(url: str, canonical: str) -> None:
@@ -61,8 +68,16 @@ def test_http_and_https_urls_are_canonicalised(url: str, canonical: str) -> None
 
 @pytest.mark.parametrize(
     "url",
-    ["ftp://example.com/", "file:///etc/passwd", "gopher://example.com:70/", "javascript:alert(1)",
-     "data:text/plain,hi", "ws://example.com/", "example.com/path", "//example.com/"],
+    [
+        "ftp://example.com/",
+        "file:///etc/passwd",
+        "gopher://example.com:70/",
+        "javascript:alert(1)",
+        "data:text/plain,hi",
+        "ws://example.com/",
+        "example.com/path",
+        "//example.com/",
+    ],
     ids=["ftp", "file", "gopher", "javascript", "data", "websocket", "no-scheme", "scheme-relative"],
 )
 def test_scheme_other_than_http_or_https_is_refused(url: str) -> None:
@@ -71,10 +86,22 @@ def test_scheme_other_than_http_or_https_is_refused(url: str) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["http://user:pass@example.com/", "http://user@example.com/", "http://:@example.com/",
-     "http://@example.com/", "http://example.com@evil.example/", "http://evil.example%40example.com/"],
-    ids=["user-and-password", "user-only", "empty-user-and-password", "empty-userinfo", "at-trick",
-         "encoded-at-in-host"],
+    [
+        "http://user:pass@example.com/",
+        "http://user@example.com/",
+        "http://:@example.com/",
+        "http://@example.com/",
+        "http://example.com@evil.example/",
+        "http://evil.example%40example.com/",
+    ],
+    ids=[
+        "user-and-password",
+        "user-only",
+        "empty-user-and-password",
+        "empty-userinfo",
+        "at-trick",
+        "encoded-at-in-host",
+    ],
 )
 def test_userinfo_is_refused(url: str) -> None:
     refused(url)
@@ -106,9 +133,19 @@ def test_url_of_4097_characters_is_refused() -> None:
 
 
 FORBIDDEN = {
-    "nul": "\x00", "cr": "\r", "lf": "\n", "tab": "\t", "space": " ", "backslash": "\\", "del": "\x7f",
-    "bell": "\x07", "nbsp": "\u00a0", "ideographic-space": "\u3000", "zero-width-space": "\u200b",
-    "line-separator": "\u2028", "bom": "\ufeff",
+    "nul": "\x00",
+    "cr": "\r",
+    "lf": "\n",
+    "tab": "\t",
+    "space": " ",
+    "backslash": "\\",
+    "del": "\x7f",
+    "bell": "\x07",
+    "nbsp": "\u00a0",
+    "ideographic-space": "\u3000",
+    "zero-width-space": "\u200b",
+    "line-separator": "\u2028",
+    "bom": "\ufeff",
 }
 PLACES = {
     "in-host": "http://exa{c}mple.com/",
@@ -142,11 +179,26 @@ def test_percent_encoded_crlf_in_path_stays_encoded() -> None:
 
 @pytest.mark.parametrize(
     ("url", "ports"),
-    [("http://example.com:8080/", PORTS), ("http://example.com:0/", PORTS), ("https://example.com/", (80,)),
-     ("http://example.com:22/", (80, 443, 8443)), ("http://example.com:65536/", PORTS),
-     ("http://example.com:99999/", (99999,)), ("http://example.com:-1/", PORTS), ("http://example.com:0x50/", PORTS)],
-    ids=["8080-not-listed", "port-zero", "default-443-not-listed", "ssh-port", "65536", "beyond-range", "negative",
-         "hex-port"],
+    [
+        ("http://example.com:8080/", PORTS),
+        ("http://example.com:0/", PORTS),
+        ("https://example.com/", (80,)),
+        ("http://example.com:22/", (80, 443, 8443)),
+        ("http://example.com:65536/", PORTS),
+        ("http://example.com:99999/", (99999,)),
+        ("http://example.com:-1/", PORTS),
+        ("http://example.com:0x50/", PORTS),
+    ],
+    ids=[
+        "8080-not-listed",
+        "port-zero",
+        "default-443-not-listed",
+        "ssh-port",
+        "65536",
+        "beyond-range",
+        "negative",
+        "hex-port",
+    ],
 )
 def test_port_outside_the_policy_list_is_refused(url: str, ports: tuple[int, ...]) -> None:
     refused(url, ports=ports)
@@ -172,8 +224,17 @@ def test_port_in_the_policy_list_is_kept() -> None:
         ("XN--BCHER-KVA.example", "xn--bcher-kva.example"),
         ("faß.de", "xn--fa-hia.de"),
     ],
-    ids=["uppercase", "trailing-dot-removed", "fullwidth-letters", "ideographic-full-stop", "u-label",
-         "uppercase-u-label", "a-label-round-trip", "uppercase-a-label", "nontransitional-sharp-s"],
+    ids=[
+        "uppercase",
+        "trailing-dot-removed",
+        "fullwidth-letters",
+        "ideographic-full-stop",
+        "u-label",
+        "uppercase-u-label",
+        "a-label-round-trip",
+        "uppercase-a-label",
+        "nontransitional-sharp-s",
+    ],
 )
 def test_host_is_uts46_normalised(host: str, name: str) -> None:
     vetted = vet_host(host)
@@ -184,10 +245,34 @@ def test_host_is_uts46_normalised(host: str, name: str) -> None:
 
 @pytest.mark.parametrize(
     "host",
-    ["xn--zz.example", "xn--a.example", "xn--.example", "example..com", ".example.com", "-example.com",
-     "a" * 64 + ".com", "exa%6dple.com", "example.com/", "example.com?", "example.com#", "ex@mple.com"],
-    ids=["invalid-punycode", "punycode-one-char", "empty-punycode", "empty-label", "leading-dot", "leading-hyphen",
-         "label-over-63", "percent-encoded", "slash", "question-mark", "hash", "at-sign"],
+    [
+        "xn--zz.example",
+        "xn--a.example",
+        "xn--.example",
+        "example..com",
+        ".example.com",
+        "-example.com",
+        "a" * 64 + ".com",
+        "exa%6dple.com",
+        "example.com/",
+        "example.com?",
+        "example.com#",
+        "ex@mple.com",
+    ],
+    ids=[
+        "invalid-punycode",
+        "punycode-one-char",
+        "empty-punycode",
+        "empty-label",
+        "leading-dot",
+        "leading-hyphen",
+        "label-over-63",
+        "percent-encoded",
+        "slash",
+        "question-mark",
+        "hash",
+        "at-sign",
+    ],
 )
 def test_invalid_host_is_refused(host: str) -> None:
     with pytest.raises(GatewayError) as caught:
@@ -219,9 +304,25 @@ def test_invalid_host_is_refused(host: str) -> None:
         ("0", "0.0.0.0"),
         ("0x", "0.0.0.0"),
     ],
-    ids=["dotted", "decimal", "octal", "hex-short", "hex-uppercase", "short-two-part", "short-three-part",
-         "mixed-hex-decimal", "hex-whole", "octal-whole", "octal-padded", "trailing-dot", "fullwidth-digits",
-         "short-metadata", "hex-metadata", "zero", "bare-0x"],
+    ids=[
+        "dotted",
+        "decimal",
+        "octal",
+        "hex-short",
+        "hex-uppercase",
+        "short-two-part",
+        "short-three-part",
+        "mixed-hex-decimal",
+        "hex-whole",
+        "octal-whole",
+        "octal-padded",
+        "trailing-dot",
+        "fullwidth-digits",
+        "short-metadata",
+        "hex-metadata",
+        "zero",
+        "bare-0x",
+    ],
 )
 def test_every_ipv4_spelling_is_recognised_as_the_literal_it_is(host: str, address: str) -> None:
     vetted = vet_host(host)
@@ -231,11 +332,34 @@ def test_every_ipv4_spelling_is_recognised_as_the_literal_it_is(host: str, addre
 
 @pytest.mark.parametrize(
     "host",
-    ["7147006462", "425.510.425.510", "0x100000000", "256.0.0.1", "1.2.3.256", "1.2.65536", "1.16777216",
-     "4294967296", "1.2.3.4.5", "09.0.0.1", "0x1g.0.0.1", "example.123"],
-    ids=["decimal-overflow", "dotted-overflow", "hex-overflow", "first-octet-256", "last-octet-256",
-         "short-three-part-overflow", "short-two-part-overflow", "decimal-2-to-32", "five-parts", "bad-octal",
-         "bad-hex", "name-ending-in-number"],
+    [
+        "7147006462",
+        "425.510.425.510",
+        "0x100000000",
+        "256.0.0.1",
+        "1.2.3.256",
+        "1.2.65536",
+        "1.16777216",
+        "4294967296",
+        "1.2.3.4.5",
+        "09.0.0.1",
+        "0x1g.0.0.1",
+        "example.123",
+    ],
+    ids=[
+        "decimal-overflow",
+        "dotted-overflow",
+        "hex-overflow",
+        "first-octet-256",
+        "last-octet-256",
+        "short-three-part-overflow",
+        "short-two-part-overflow",
+        "decimal-2-to-32",
+        "five-parts",
+        "bad-octal",
+        "bad-hex",
+        "name-ending-in-number",
+    ],
 )
 def test_overflowing_or_malformed_ipv4_is_refused_never_wrapped(host: str) -> None:
     with pytest.raises(GatewayError) as caught:
@@ -280,8 +404,15 @@ def test_literal_ip_is_canonicalised_to_dotted_form(url: str, canonical: str) ->
         ("http://[64:ff9b::169.254.169.254]/", "64:ff9b::a9fe:a9fe"),
         ("http://[2606:4700:0:0:0:0:0:1111]:443/", "2606:4700::1111"),
     ],
-    ids=["loopback", "zone-id-encoded", "zone-id-raw", "mapped-dotted", "compatible-dotted", "nat64-dotted",
-         "uncompressed"],
+    ids=[
+        "loopback",
+        "zone-id-encoded",
+        "zone-id-raw",
+        "mapped-dotted",
+        "compatible-dotted",
+        "nat64-dotted",
+        "uncompressed",
+    ],
 )
 def test_ipv6_literal_is_parsed_to_its_address_without_zone(url: str, address: str) -> None:
     vetted = vet_url(url, allowed_ports=PORTS, literal_ips_allowed=True, refuse_secrets=False)
@@ -303,12 +434,42 @@ def test_malformed_ipv6_literal_is_refused(url: str) -> None:
 
 @pytest.mark.parametrize(
     "host",
-    ["localhost", "LOCALHOST", "localhost.", "app.localhost", "printer.local", "box.localdomain", "db.internal",
-     "metadata.google.internal", "router.home.arpa", "metadata", "metadata.goog", "instance-data",
-     "kubernetes.default.svc", "api.ns.svc.cluster.local", "intranet", fullwidth("localhost")],
-    ids=["localhost", "localhost-uppercase", "localhost-trailing-dot", "under-localhost", "under-local",
-         "under-localdomain", "under-internal", "gcp-metadata", "under-home-arpa", "metadata-single-label",
-         "metadata-goog", "instance-data", "kubernetes-api", "cluster-service", "single-label", "fullwidth-localhost"],
+    [
+        "localhost",
+        "LOCALHOST",
+        "localhost.",
+        "app.localhost",
+        "printer.local",
+        "box.localdomain",
+        "db.internal",
+        "metadata.google.internal",
+        "router.home.arpa",
+        "metadata",
+        "metadata.goog",
+        "instance-data",
+        "kubernetes.default.svc",
+        "api.ns.svc.cluster.local",
+        "intranet",
+        fullwidth("localhost"),
+    ],
+    ids=[
+        "localhost",
+        "localhost-uppercase",
+        "localhost-trailing-dot",
+        "under-localhost",
+        "under-local",
+        "under-localdomain",
+        "under-internal",
+        "gcp-metadata",
+        "under-home-arpa",
+        "metadata-single-label",
+        "metadata-goog",
+        "instance-data",
+        "kubernetes-api",
+        "cluster-service",
+        "single-label",
+        "fullwidth-localhost",
+    ],
 )
 def test_internal_name_is_refused_before_any_lookup(host: str) -> None:
     with pytest.raises(GatewayError) as caught:
@@ -329,9 +490,24 @@ def test_public_name_containing_an_internal_word_is_not_refused(name: str) -> No
 
 # --- secret query parameters ------------------------------------------------------------------
 
-SECRET_PARAMS = ["X-Amz-Signature", "x-amz-signature", "X-Goog-Signature", "sig", "Sig", "signature", "token",
-                 "TOKEN", "access_token", "api_key", "apikey", "ApiKey", "password", "secret", "client_secret",
-                 "Client_Secret"]
+SECRET_PARAMS = [
+    "X-Amz-Signature",
+    "x-amz-signature",
+    "X-Goog-Signature",
+    "sig",
+    "Sig",
+    "signature",
+    "token",
+    "TOKEN",
+    "access_token",
+    "api_key",
+    "apikey",
+    "ApiKey",
+    "password",
+    "secret",
+    "client_secret",
+    "Client_Secret",
+]
 
 
 @pytest.mark.parametrize("param", SECRET_PARAMS, ids=SECRET_PARAMS)
@@ -347,8 +523,12 @@ def test_secret_parameter_without_a_value_is_refused() -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["https://example.com/?tokens=1", "https://example.com/?q=token", "https://example.com/token/signature",
-     "https://example.com/?page=2&sort=password_strength"],
+    [
+        "https://example.com/?tokens=1",
+        "https://example.com/?q=token",
+        "https://example.com/token/signature",
+        "https://example.com/?page=2&sort=password_strength",
+    ],
     ids=["param-name-prefix", "secret-word-as-value", "secret-word-in-path", "secret-word-inside-value"],
 )
 def test_non_secret_query_is_accepted_with_refuse_secrets(url: str) -> None:

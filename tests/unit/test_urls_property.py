@@ -9,8 +9,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gateway.egress.urls import VettedHost, VettedUrl, vet_host, vet_url
 from gateway.errors import ErrorCode, GatewayError
+from gateway.vet.urls import VettedHost, VettedUrl, vet_host, vet_url
 
 # Every port allowed, so that acceptance depends only on the URL's shape.
 ALL_PORTS = range(65536)
@@ -57,9 +57,24 @@ unicode_hosts = st.text(
     alphabet=st.characters(categories=["Ll", "Lu", "Lo", "Nd", "Pd"], codec="utf-8"), min_size=1, max_size=12
 ).map(lambda label: f"{label}.example")
 tricky_hosts = st.sampled_from(
-    ["example.com", "EXAMPLE.COM.", "bücher.example", "xn--bcher-kva.example", "xn--zz.example", "localhost",
-     "metadata.google.internal", "0x7f.1", "2130706433", "\uff11\uff12\uff17.\uff10.\uff10.\uff11", "[]", "[::1",
-     "user@host.example", "a..b", "[fe80::1%25eth0]", "[::ffff:127.0.0.1]"]
+    [
+        "example.com",
+        "EXAMPLE.COM.",
+        "bücher.example",
+        "xn--bcher-kva.example",
+        "xn--zz.example",
+        "localhost",
+        "metadata.google.internal",
+        "0x7f.1",
+        "2130706433",
+        "\uff11\uff12\uff17.\uff10.\uff10.\uff11",
+        "[]",
+        "[::1",
+        "user@host.example",
+        "a..b",
+        "[fe80::1%25eth0]",
+        "[::ffff:127.0.0.1]",
+    ]
 )
 hosts = st.one_of(numeric_hosts, ip_hosts, zoned_hosts, name_hosts, unicode_hosts, tricky_hosts, st.text(max_size=20))
 ports = st.one_of(

@@ -15,8 +15,8 @@ import html
 import re
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
-from gateway.egress.urls import vet_url
 from gateway.errors import GatewayError
+from gateway.vet.urls import vet_url
 
 _DDG_HOSTS = frozenset({"duckduckgo.com", "html.duckduckgo.com", "lite.duckduckgo.com"})
 _BING_HOST_RE = re.compile(r"(?:[a-z0-9-]+\.)*bing\.com")

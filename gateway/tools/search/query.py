@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from gateway.egress.urls import vet_host
 from gateway.errors import ErrorCode, GatewayError
 from gateway.tools.search.links import NON_PUBLIC_SUFFIXES
+from gateway.vet.urls import vet_host
 
 TimeRange = Literal["d", "w", "m", "y"]
 

@@ -19,8 +19,8 @@ from urllib.parse import urljoin
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.tools.main_content import find_main_content
-from gateway.tools.markdown_output import Container, Link, LinkCollector, ListState, MarkdownWriter, OutputFull
+from gateway.tools.extract.main_content import find_main_content
+from gateway.tools.extract.markdown_output import Container, Link, LinkCollector, ListState, MarkdownWriter, OutputFull
 
 __all__ = ["Extraction", "Link", "html_to_markdown", "page_title"]
 

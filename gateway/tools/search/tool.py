@@ -12,10 +12,9 @@ from gateway.budget import BudgetStore
 from gateway.egress.client import ClientLimits, GuardedClient, OutboundRequest
 from gateway.errors import GatewayError
 from gateway.observe import metrics
-from gateway.policy.load import LoadedPolicy
-from gateway.policy.model import Principal
+from gateway.policy.model import LoadedPolicy, Principal
 from gateway.settings import Settings
-from gateway.tools.envelope import NOTICE, retrieved_at
+from gateway.tools.result_notice import NOTICE, retrieved_at
 from gateway.tools.search.aggregate import OUTCOME_CACHED, OUTCOME_SKIPPED, SearchAggregator, SearchResult
 from gateway.tools.search.query import SearchQuery
 from gateway.tools.search.registry import engines_from_settings

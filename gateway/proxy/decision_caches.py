@@ -15,14 +15,12 @@ import time
 from dataclasses import dataclass
 
 from gateway.egress.target import PinnedTarget
-from gateway.egress.urls import VettedHost, vet_host
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.observe.loop_metrics import CounterChild
 from gateway.policy.decide import authenticate
-from gateway.policy.load import LoadedPolicy
-from gateway.policy.model import Principal
+from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.forward import ForwardExchange
 from gateway.proxy.heads import (
     Authority,
@@ -31,6 +29,7 @@ from gateway.proxy.heads import (
     parse_proxy_authorization,
     split_absolute_target,
 )
+from gateway.vet.urls import VettedHost, vet_host
 
 MAX_CACHED_CREDENTIALS = 1024
 MAX_CACHED_HOSTS = 4096
@@ -137,9 +136,14 @@ class ProxyDecisions:
             _FORWARD_UP.inc(exchange.bytes_up)
             _FORWARD_DOWN.inc(exchange.bytes_down)
             self.audit.connection_closed(
-                kind="http", principal=exchange.principal, host=target.name, port=target.port,
-                bytes_up=exchange.bytes_up, bytes_down=exchange.bytes_down,
-                duration_s=time.perf_counter() - exchange.started, reason=reason,
+                kind="http",
+                principal=exchange.principal,
+                host=target.name,
+                port=target.port,
+                bytes_up=exchange.bytes_up,
+                bytes_down=exchange.bytes_down,
+                duration_s=time.perf_counter() - exchange.started,
+                reason=reason,
             )
 
     def count_decision(self, kind: str, decision: str, code: str) -> None:
@@ -152,7 +156,11 @@ class ProxyDecisions:
     def record_allow(self, kind: str, principal: Principal, target: PinnedTarget, *, method: str | None = None) -> None:
         would = target.would_deny
         record: dict[str, object] = {
-            "ts": time.time(), "event": "decision", "kind": kind, "principal": principal.name, "host": target.name,
+            "ts": time.time(),
+            "event": "decision",
+            "kind": kind,
+            "principal": principal.name,
+            "host": target.name,
             "port": target.port,
             "addresses": target.address_texts,
         }
@@ -169,10 +177,24 @@ class ProxyDecisions:
             record["method"] = method
         self.audit.write_record(record)
 
-    def record_deny(self, kind: str, principal: str | None, host: str | None, port: int | None, *,
-                    error: GatewayError, generation: int) -> None:
+    def record_deny(
+        self,
+        kind: str,
+        principal: str | None,
+        host: str | None,
+        port: int | None,
+        *,
+        error: GatewayError,
+        generation: int,
+    ) -> None:
         self.count_decision(kind, "deny", str(error.code))
         self.audit.decision(
-            kind=kind, principal=principal, host=host, port=port, decision="deny", code=str(error.code),
-            reason=error.message, generation=generation,
+            kind=kind,
+            principal=principal,
+            host=host,
+            port=port,
+            decision="deny",
+            code=str(error.code),
+            reason=error.message,
+            generation=generation,
         )

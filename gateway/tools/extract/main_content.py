@@ -16,9 +16,9 @@ import enum
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from gateway.tools.main_content_cleaning import clean_article
-from gateway.tools.main_content_measure import TextStats, surely_holds, text_length
-from gateway.tools.main_content_words import (
+from gateway.tools.extract.main_content_cleaning import clean_article
+from gateway.tools.extract.main_content_measure import TextStats, surely_holds, text_length
+from gateway.tools.extract.main_content_words import (
     ANY_VERDICT_WORD,
     CHROME_ROLES,
     CHROME_TAGS,

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.tasks import spawn
-from gateway.tools.challenge import detect_challenge
-from gateway.tools.decode import decode_body
-from gateway.tools.markdown import Link, html_to_markdown
+from gateway.tools.extract.challenge import detect_challenge
+from gateway.tools.extract.decode import decode_body
+from gateway.tools.extract.markdown import Link, html_to_markdown
 
 INLINE_MAX_BYTES = 32 * 1024
 POOL_WORKERS = 2

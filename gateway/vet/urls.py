@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import idna
 import yarl
 
-from gateway.egress.addresses import IPAddress
 from gateway.errors import ErrorCode, GatewayError
+from gateway.vet.addresses import IPAddress
 
 MAX_URL_CHARS = 4096
 MAX_HOST_CHARS = 253

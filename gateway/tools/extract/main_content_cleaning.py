@@ -13,7 +13,7 @@ from operator import add
 
 from selectolax.lexbor import LexborNode
 
-from gateway.tools.main_content_words import (
+from gateway.tools.extract.main_content_words import (
     SHARE_BAR,
     SHARE_BAR_CANDIDATES,
     ClassWeights,

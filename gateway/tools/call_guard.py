@@ -17,8 +17,7 @@ from typing import Any, Literal
 from gateway.budget import BudgetStore, ToolLimits
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.policy.load import LoadedPolicy
-from gateway.policy.model import Principal, ToolBudget
+from gateway.policy.model import LoadedPolicy, Principal, ToolBudget
 
 Tool = Literal["search", "fetch"]
 MAX_BUDGET_ID_CHARS = 200
@@ -101,4 +100,3 @@ class ToolCalls:
                 f"the policy changed (generation {context.loaded.generation} → {current.generation}) "
                 "while the call ran",
             )
-

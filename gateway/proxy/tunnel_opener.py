@@ -17,15 +17,14 @@ from collections.abc import Callable
 
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
-from gateway.egress.urls import VettedHost
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
-from gateway.policy.load import LoadedPolicy
-from gateway.policy.model import Principal, ProxySettings
+from gateway.policy.model import LoadedPolicy, Principal, ProxySettings
 from gateway.proxy.deadline import LazyDeadline
-from gateway.proxy.decisions import ProxyDecisions
+from gateway.proxy.decision_caches import ProxyDecisions
 from gateway.proxy.tunnel import Tunnel, UpstreamTunnelProtocol
+from gateway.vet.urls import VettedHost
 
 CONNECT_ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 LIMIT_RETRY_AFTER_S = 1.0
@@ -43,8 +42,9 @@ class TunnelRequest:
 
     __slots__ = ("host", "loaded", "port", "principal", "target")
 
-    def __init__(self, principal: Principal, host: VettedHost, port: int, target: PinnedTarget | None,
-                 loaded: LoadedPolicy) -> None:
+    def __init__(
+        self, principal: Principal, host: VettedHost, port: int, target: PinnedTarget | None, loaded: LoadedPolicy
+    ) -> None:
         self.principal = principal
         self.host = host
         self.port = port
@@ -72,12 +72,18 @@ class TunnelOpener:
     def reserve(self, principal: str, settings: ProxySettings) -> None:
         """Count a tunnel against the limits before dialing, so a burst cannot overshoot them."""
         if self._reserved_total >= settings.max_tunnels_total:
-            raise GatewayError(ErrorCode.CONCURRENCY_LIMITED, "the gateway's tunnel limit is reached",
-                               retry_after_s=LIMIT_RETRY_AFTER_S)
+            raise GatewayError(
+                ErrorCode.CONCURRENCY_LIMITED,
+                "the gateway's tunnel limit is reached",
+                retry_after_s=LIMIT_RETRY_AFTER_S,
+            )
         count = self._by_principal.get(principal, 0)
         if count >= settings.max_tunnels_per_principal:
-            raise GatewayError(ErrorCode.CONCURRENCY_LIMITED, f"{principal} has reached its tunnel limit",
-                               retry_after_s=LIMIT_RETRY_AFTER_S)
+            raise GatewayError(
+                ErrorCode.CONCURRENCY_LIMITED,
+                f"{principal} has reached its tunnel limit",
+                retry_after_s=LIMIT_RETRY_AFTER_S,
+            )
         self._by_principal[principal] = count + 1
         self._reserved_total += 1
 
@@ -121,8 +127,7 @@ class TunnelOpener:
         except GatewayError as error:
             if reserved:
                 self.release(principal_name or "")
-            decisions.record_deny("connect", principal_name, host_name, port, error=error,
-                                  generation=loaded.generation)
+            decisions.record_deny("connect", principal_name, host_name, port, error=error, generation=loaded.generation)
             raise
         return TunnelRequest(principal, authority.host, port, target, loaded)
 
@@ -138,20 +143,35 @@ class TunnelOpener:
                 request.target = target
             started = time.perf_counter()
             upstream, proto, address = await open_pinned_connection(
-                target, UpstreamTunnelProtocol, timeout_s=loaded.policy.proxy.connect_timeout_s,
+                target,
+                UpstreamTunnelProtocol,
+                timeout_s=loaded.policy.proxy.connect_timeout_s,
             )
             _CONNECT_LATENCY.observe(time.perf_counter() - started)
         except GatewayError as error:
             self.release(principal.name)
             if target is None:
-                self.decisions.record_deny("connect", principal.name, request.host.name, request.port, error=error,
-                                           generation=loaded.generation)
+                self.decisions.record_deny(
+                    "connect",
+                    principal.name,
+                    request.host.name,
+                    request.port,
+                    error=error,
+                    generation=loaded.generation,
+                )
             else:
                 # Allowed, but the dial failed: an error outcome, and a close line for the audit trail.
                 self.decisions.count_decision("connect", "error", str(error.code))
-                self.audit.connection_closed(kind="connect", principal=principal.name, host=target.name,
-                                             port=target.port, bytes_up=0, bytes_down=0, duration_s=0.0,
-                                             reason=str(error.code))
+                self.audit.connection_closed(
+                    kind="connect",
+                    principal=principal.name,
+                    host=target.name,
+                    port=target.port,
+                    bytes_up=0,
+                    bytes_down=0,
+                    duration_s=0.0,
+                    reason=str(error.code),
+                )
             raise
         except BaseException:
             # Cancelled (shutdown): the reservation must not leak.
@@ -167,11 +187,25 @@ class TunnelOpener:
         target = request.target
         assert target is not None  # dial() succeeded, so the decision was made
         self.decisions.record_allow("connect", request.principal, target)
-        self.audit.connection_closed(kind="connect", principal=request.principal.name, host=target.name,
-                                     port=target.port, bytes_up=0, bytes_down=0, duration_s=0.0, reason=reason)
+        self.audit.connection_closed(
+            kind="connect",
+            principal=request.principal.name,
+            host=target.name,
+            port=target.port,
+            bytes_up=0,
+            bytes_down=0,
+            duration_s=0.0,
+            reason=reason,
+        )
 
-    def establish(self, client: asyncio.Transport, request: TunnelRequest, dialed: DialedUpstream,
-                  early: bytes, deadline: LazyDeadline) -> Tunnel:
+    def establish(
+        self,
+        client: asyncio.Transport,
+        request: TunnelRequest,
+        dialed: DialedUpstream,
+        early: bytes,
+        deadline: LazyDeadline,
+    ) -> Tunnel:
         """Record the decision, answer 200, and start splicing (with the SNI gate first)."""
         target = request.target
         assert target is not None
@@ -180,10 +214,20 @@ class TunnelOpener:
         self.decisions.record_allow("connect", request.principal, target)
         client.write(CONNECT_ESTABLISHED)
         tunnel = Tunnel(
-            owner=self, audit=self.audit, client=client, upstream=upstream, upstream_proto=upstream_proto,
-            principal=request.principal.name, connect_host=target.name, host_is_ip=target.host.ip is not None,
-            port=target.port, address=address, generation=target.generation, sni_mode=settings.sni,
-            idle_s=settings.idle_timeout_s, lifetime_s=settings.max_tunnel_lifetime_s,
+            owner=self,
+            audit=self.audit,
+            client=client,
+            upstream=upstream,
+            upstream_proto=upstream_proto,
+            principal=request.principal.name,
+            connect_host=target.name,
+            host_is_ip=target.host.ip is not None,
+            port=target.port,
+            address=address,
+            generation=target.generation,
+            sni_mode=settings.sni,
+            idle_s=settings.idle_timeout_s,
+            lifetime_s=settings.max_tunnel_lifetime_s,
             deadline=deadline,
         )
         self.tunnels.add(tunnel)

@@ -1,0 +1,1 @@
+"""Page extraction: decoding, challenge detection, main content, markdown, and the worker pool."""
