@@ -34,6 +34,7 @@ class ErrorCode(StrEnum):
     UNAVAILABLE = "unavailable"
     STORE_UNAVAILABLE = "store_unavailable"
     POLICY_CHANGED = "policy_changed"
+    INVALID_RUN_TOKEN = "invalid_run_token"
 
 
 HTTP_STATUS: dict[ErrorCode, int] = {
@@ -59,6 +60,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.POLICY_CHANGED: 409,
+    ErrorCode.INVALID_RUN_TOKEN: 403,
 }
 
 # A retry can succeed without the caller changing anything.

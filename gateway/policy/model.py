@@ -67,6 +67,24 @@ class Principal:
 
 
 @dataclass(frozen=True, slots=True)
+class Orchestrator:
+    """A trusted party that vouches for run ids by minting run tokens (`POST /v1/runs`).
+
+    Its own credential (`token_sha256`), never shared with a principal: an agent holding only
+    its principal token can name a run id but never make it count. `principals` lists whom it
+    may mint for (`("*",)` for all); `max_ttl_s` caps a token's lifetime.
+    """
+
+    name: str
+    token_sha256: str
+    principals: tuple[str, ...] = ()
+    max_ttl_s: float = 86_400.0
+
+    def may_mint_for(self, principal: str) -> bool:
+        return "*" in self.principals or principal in self.principals
+
+
+@dataclass(frozen=True, slots=True)
 class Defaults:
     mode: Mode = "enforce"
     ports: tuple[int, ...] = (80, 443)
@@ -115,6 +133,7 @@ class Policy:
     search: SearchSettings = field(default_factory=SearchSettings)
     proxy: ProxySettings = field(default_factory=ProxySettings)
     source: str = "<memory>"
+    orchestrators: dict[str, Orchestrator] = field(default_factory=dict)
 
     @property
     def default_principal(self) -> Principal | None:

@@ -1,7 +1,9 @@
 """Permission, budget and policy-generation checks around one tool call.
 
 Order (issue 5): the tool switch is checked when a call starts; a reservation is taken
-atomically before any network access (denials before it cost nothing); the lease is released
+atomically before any network access (denials before it cost nothing), against the principal's
+window quotas always and against run and step ids only when a run token vouched for them
+(issue 12, `run_tokens.py`), with the token's narrower limits; the lease is released
 whatever happens (the reservation stays counted); before the result is returned the policy
 generation is compared with the one the call started under, and a changed policy drops the
 result with `policy_changed` even when the new policy would allow it.
@@ -9,8 +11,7 @@ result with `policy_changed` even when the new policy would allow it.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,10 +19,11 @@ from gateway.budget import BudgetStore, ToolLimits
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.policy.model import LoadedPolicy, Principal, ToolBudget
+from gateway.tools.run_tokens import RunTokens, VouchedIds, parse_budget_id
+
+__all__ = ["CallContext", "ToolCalls", "parse_budget_id", "require_tool"]
 
 Tool = Literal["search", "fetch"]
-MAX_BUDGET_ID_CHARS = 200
-_BUDGET_ID = re.compile(r"^[\x21-\x7e]{1,200}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,17 +32,8 @@ class CallContext:
     loaded: LoadedPolicy
     run_id: str | None
     step_id: str | None
-
-
-def parse_budget_id(value: str | None, header: str) -> str | None:
-    """Run and step ids are opaque printable ASCII; anything else is refused, never reshaped."""
-    if value is None or value == "":
-        return None
-    if not _BUDGET_ID.match(value):
-        raise GatewayError(
-            ErrorCode.INVALID_INPUT, f"{header} must be 1-{MAX_BUDGET_ID_CHARS} printable ASCII characters"
-        )
-    return value
+    # What vouched for run_id / step_id; empty (no ids) for a call without a run token.
+    vouched: VouchedIds = VouchedIds()
 
 
 def limits_for(budget: ToolBudget) -> ToolLimits:
@@ -50,6 +43,10 @@ def limits_for(budget: ToolBudget) -> ToolLimits:
         concurrent=budget.concurrent,
         min_interval_s=budget.min_interval_s,
         lease_ttl_s=budget.lease_ttl_s,
+        per_minute=budget.per_minute,
+        per_hour=budget.per_hour,
+        per_day=budget.per_day,
+        max_live_ids=budget.max_live_ids,
     )
 
 
@@ -61,9 +58,17 @@ def require_tool(principal: Principal, tool: Tool) -> None:
 class ToolCalls:
     """Runs tool work under the checks above. One per process, sharing the budget store."""
 
-    def __init__(self, store: BudgetStore, policy_source: Callable[[], LoadedPolicy]) -> None:
+    def __init__(
+        self, store: BudgetStore, policy_source: Callable[[], LoadedPolicy], run_tokens: RunTokens
+    ) -> None:
         self._store = store
         self._policy_source = policy_source
+        self.run_tokens = run_tokens
+
+    def context(self, principal: Principal, loaded: LoadedPolicy, headers: Mapping[str, str]) -> CallContext:
+        """The call's context with only the ids a run token vouches for (see `run_tokens.py`)."""
+        vouched = self.run_tokens.vouch(loaded.policy, principal, headers)
+        return CallContext(principal, loaded, vouched.run_id, vouched.step_id, vouched)
 
     async def run(
         self,
@@ -79,7 +84,8 @@ class ToolCalls:
                 tool=tool,
                 run_id=context.run_id,
                 step_id=context.step_id,
-                limits=limits_for(budget),
+                limits=context.vouched.limits(tool, limits_for(budget)),
+                id_ttl_s=context.vouched.id_ttl_s,
             )
         except GatewayError as exc:
             metrics.BUDGET_DENIALS.labels(tool=tool, code=str(exc.code)).inc()
