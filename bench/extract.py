@@ -10,12 +10,12 @@ Corpora, read by path (the network is never touched):
   found-with / all with, leak = found-without / all without, summed over the pages of a part.
   Every fourth page (in key order) is held out of tuning and reported as its own part.
 
-What is scored for ours is what `/v1/fetch` pages through: the fetch tool's own conversion of the
-body bytes (`render_page`, as the extraction pool runs it, with the policy's default source cap),
-with the `# title` line set aside, as the truths leave the title out. Markdown syntax, list
-numbers and link URLs are stripped from every extractor's output before scoring. Time is the
-fastest of `--repeat` runs per page (other load on the machine is not counted); ours is timed over
-the whole conversion of the bytes, the others over their work on the decoded text.
+What is scored for ours is what `/v1/fetch` pages through: the conversion the extraction pool
+runs on a decoded HTML body (`html_to_markdown` with the policy's default source cap), with the
+`# title` line set aside, as the truths leave the title out. Every extractor gets the same decoded
+text (the fetch tool's own decoding of the bytes). Markdown syntax, list numbers and link URLs
+are stripped from every output before scoring. Time is the fastest of `--repeat` runs per page,
+so that other load on the machine is not counted.
 
     .venv/bin/python bench/extract.py --pages ../shared/fixtures/pages \
         --snippets ../shared/fixtures/snippet-pages
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gateway.policy.model import FetchSettings
 from gateway.tools.extract.decode import decode_body
-from gateway.tools.extract.pool import render_page
+from gateway.tools.extract.markdown import html_to_markdown
 
 PAGE_URL = "http://fakehost/test/page.html"
 READABILITY_CONTENT_TYPE = "text/html; charset=utf-8"
@@ -59,13 +59,12 @@ MD_LIST_NUMBER = re.compile(r"^\s*(?:>\s*)*\d+\.\s", re.M)
 Extractor = Callable[[bytes, str, str], str]
 
 
-def ours(body: bytes, content_type: str, _text: str) -> str:
-    page = render_page(
-        body, content_type, 200, {}, PAGE_URL, max_chars=FetchSettings().max_source_chars, convert_html=True
-    )
+def ours(_body: bytes, _content_type: str, text: str) -> str:
+    # The conversion the extraction pool runs for an HTML body, with the policy's default cap.
+    markdown = html_to_markdown(text, PAGE_URL, max_chars=FetchSettings().max_source_chars).markdown
     # Drop the "# title" line: metadata, left out of both corpora's truths.
-    first, _, rest = page.text.partition("\n")
-    return rest if first.startswith("# ") else page.text
+    first, _, rest = markdown.partition("\n")
+    return rest if first.startswith("# ") else markdown
 
 
 def trafilatura_markdown(_body: bytes, _content_type: str, text: str) -> str:
