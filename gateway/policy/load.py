@@ -29,7 +29,7 @@ from gateway.policy.model import (
     Principal,
     ProxySettings,
     SearchSettings,
-    ToolBudget,
+    ToolLimits,
     ToolSwitches,
 )
 from gateway.vet.addresses import IPNetwork
@@ -210,13 +210,16 @@ def normalise_glob(text: str) -> str | None:
     return prefix + ascii_name
 
 
-def _tool_budget(reader: _Reader, node: yaml.Node, where: str, base: ToolBudget) -> ToolBudget:
-    keys = {"per_step", "per_run", "concurrent", "min_interval_s", "lease_ttl_s"}
+def _tool_budget(reader: _Reader, node: yaml.Node, where: str, base: ToolLimits) -> ToolLimits:
+    counts = ("per_step", "per_run", "concurrent", "per_minute", "per_hour", "per_day", "max_live_ids")
+    keys = {*counts, "min_interval_s", "lease_ttl_s"}
     items = reader.mapping(node, where, keys)
     changes: dict[str, Any] = {}
-    for key in ("per_step", "per_run", "concurrent"):
+    for key in counts:
         if key in items:
-            value = reader.integer(items[key], f"{where}.{key}", 0, 1_000_000)
+            # Windows may be set very high to effectively lift them; they cannot be turned off.
+            high = 1_000_000_000 if key.startswith(("per_minute", "per_hour", "per_day")) else 1_000_000
+            value = reader.integer(items[key], f"{where}.{key}", 0, high)
             if value is not None:
                 changes[key] = value
     # A lease must live a while or every slot frees itself at once; an interval may be 0.

@@ -6,6 +6,7 @@ whole with a higher generation. Never touches a file or a socket.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -37,23 +38,75 @@ class ToolSwitches:
     fetch: bool = False
 
 
+DEFAULT_MAX_LIVE_IDS = 1000
+# Window quotas: name, length. Windows are fixed and aligned to the store's clock (a minute
+# window is one clock minute), so a burst across a boundary can take up to two windows' worth;
+# the next shorter window bounds that burst.
+WINDOWS: tuple[tuple[str, float], ...] = (("minute", 60.0), ("hour", 3600.0), ("day", 86_400.0))
+
+
 @dataclass(frozen=True, slots=True)
-class ToolBudget:
+class ToolLimits:
+    """Budget limits for one tool of one principal, as the policy sets them.
+
+    `per_step` and `per_run` bound reservations (attempts, not successes) within one
+    `X-Egress-Step` and one `X-Egress-Run`; `concurrent` bounds unexpired leases;
+    `min_interval_s` is the minimum time between two starts (0 means none); a lease that is never
+    released (a crashed worker) frees its slot after `lease_ttl_s`. The budget stores take this
+    value per call, so a reload changes the limits of the next call.
+
+    `per_minute`, `per_hour` and `per_day` (issue 12) bound the principal's reservations of this
+    tool in each window whatever ids a call carries (None: no such window); `max_live_ids` bounds
+    how many run and step ids of the principal and tool are live (counted) at once.
+    """
+
     per_step: int
     per_run: int
     concurrent: int
     min_interval_s: float
     lease_ttl_s: float = 45.0
+    per_minute: int | None = None
+    per_hour: int | None = None
+    per_day: int | None = None
+    max_live_ids: int = DEFAULT_MAX_LIVE_IDS
+
+    def __post_init__(self) -> None:
+        # A negative or NaN limit would silently turn a check off; refuse it when the policy loads.
+        for name in ("per_step", "per_run", "concurrent", "max_live_ids", "per_minute", "per_hour", "per_day"):
+            value = getattr(self, name)
+            if value is None and name in ("per_minute", "per_hour", "per_day"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        if not math.isfinite(self.min_interval_s) or self.min_interval_s < 0:
+            raise ValueError(f"min_interval_s must be >= 0, got {self.min_interval_s!r}")
+        if not math.isfinite(self.lease_ttl_s) or self.lease_ttl_s <= 0:
+            raise ValueError(f"lease_ttl_s must be > 0, got {self.lease_ttl_s!r}")
+
+    def window_limits(self) -> tuple[tuple[str, float, int], ...]:
+        """(name, length in seconds, limit) of each window this tool has, shortest first."""
+        out: list[tuple[str, float, int]] = []
+        for name, length_s in WINDOWS:
+            limit = getattr(self, f"per_{name}")
+            if limit is not None:
+                out.append((name, length_s, limit))
+        return tuple(out)
 
 
-DEFAULT_SEARCH_BUDGET = ToolBudget(per_step=20, per_run=100, concurrent=1, min_interval_s=2.0)
-DEFAULT_FETCH_BUDGET = ToolBudget(per_step=40, per_run=200, concurrent=3, min_interval_s=0.0)
+# Issue 12's windows sit above what the per-run budgets and the search interval allow one run
+# (search: 2 s apart is at most 30 a minute), so they bind only an agent that rotates ids.
+DEFAULT_SEARCH_BUDGET = ToolLimits(
+    per_step=20, per_run=100, concurrent=1, min_interval_s=2.0, per_minute=30, per_hour=300, per_day=2000
+)
+DEFAULT_FETCH_BUDGET = ToolLimits(
+    per_step=40, per_run=200, concurrent=3, min_interval_s=0.0, per_minute=120, per_hour=1000, per_day=5000
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Budgets:
-    search: ToolBudget = DEFAULT_SEARCH_BUDGET
-    fetch: ToolBudget = DEFAULT_FETCH_BUDGET
+    search: ToolLimits = DEFAULT_SEARCH_BUDGET
+    fetch: ToolLimits = DEFAULT_FETCH_BUDGET
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gateway.budget import BudgetStore, ToolLimits
+from gateway.budget import BudgetStore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.policy.model import LoadedPolicy, Principal, ToolBudget
+from gateway.policy.model import LoadedPolicy, Principal, ToolLimits
 from gateway.tools.run_tokens import RunTokens, VouchedIds, parse_budget_id
 
 __all__ = ["CallContext", "ToolCalls", "parse_budget_id", "require_tool"]
@@ -34,20 +34,6 @@ class CallContext:
     step_id: str | None
     # What vouched for run_id / step_id; empty (no ids) for a call without a run token.
     vouched: VouchedIds = VouchedIds()
-
-
-def limits_for(budget: ToolBudget) -> ToolLimits:
-    return ToolLimits(
-        per_step=budget.per_step,
-        per_run=budget.per_run,
-        concurrent=budget.concurrent,
-        min_interval_s=budget.min_interval_s,
-        lease_ttl_s=budget.lease_ttl_s,
-        per_minute=budget.per_minute,
-        per_hour=budget.per_hour,
-        per_day=budget.per_day,
-        max_live_ids=budget.max_live_ids,
-    )
 
 
 def require_tool(principal: Principal, tool: Tool) -> None:
@@ -77,14 +63,14 @@ class ToolCalls:
         work: Callable[[], Awaitable[dict[str, Any]]],
     ) -> dict[str, Any]:
         require_tool(context.principal, tool)
-        budget = getattr(context.principal.budgets, tool)
+        limits: ToolLimits = getattr(context.principal.budgets, tool)
         try:
             reservation = await self._store.reserve(
                 principal=context.principal.name,
                 tool=tool,
                 run_id=context.run_id,
                 step_id=context.step_id,
-                limits=context.vouched.limits(tool, limits_for(budget)),
+                limits=context.vouched.limits(tool, limits),
                 id_ttl_s=context.vouched.id_ttl_s,
             )
         except GatewayError as exc:
