@@ -32,6 +32,7 @@ from gateway.tools.call_guard import ToolCalls
 from gateway.tools.extract.pool import ExtractionPool
 from gateway.tools.fetch import FetchTool, ReaderService
 from gateway.tools.robots import RobotsCache
+from gateway.tools.run_tokens import RunTokens, run_token_secret
 from gateway.tools.search.tool import SearchTool
 
 log = logging.getLogger("egress_gateway")
@@ -57,7 +58,10 @@ class Gateway:
         self.policy = PolicyHolder(settings.policy_path, on_reload=_record_reload)
         metrics.POLICY_GENERATION.set(self.policy.current.generation)
         self.audit = AuditLog(settings.audit_log)
-        self.store: BudgetStore = open_store(settings.redis_url)
+        self.store: BudgetStore = open_store(
+            settings.redis_url, ca_bundle=settings.redis_ca_bundle, min_replicas=settings.redis_min_replicas
+        )
+        self.run_tokens = RunTokens(run_token_secret(settings))
         self.ssl_context = build_ssl_context(settings.ca_bundle)
         self._runners: list[web.AppRunner] = []
         self._draining = False
@@ -123,7 +127,7 @@ class Gateway:
         robots = RobotsCache()
         return ToolsApi(
             lambda: self.policy.current,
-            ToolCalls(self.store, lambda: self.policy.current),
+            ToolCalls(self.store, lambda: self.policy.current, self.run_tokens),
             FetchTool(self.client, self.extraction, robots, reader),
             SearchTool(self.client, self.store, settings),
             self.audit,

@@ -34,7 +34,7 @@ class ErrorCode(StrEnum):
     UNAVAILABLE = "unavailable"
     STORE_UNAVAILABLE = "store_unavailable"
     POLICY_CHANGED = "policy_changed"
-    INVALID_RUN_TOKEN = "invalid_run_token"
+    INVALID_RUN_TOKEN = "invalid_run_token"  # noqa: S105 - an error code
 
 
 HTTP_STATUS: dict[ErrorCode, int] = {

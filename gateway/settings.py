@@ -74,6 +74,9 @@ class Settings:
     search: SearchEngineSettings = field(default_factory=SearchEngineSettings)
     fetch_reader_url: str | None = None
     fetch_reader_key: str | None = None
+    redis_ca_bundle: str | None = None
+    redis_min_replicas: int = 0
+    run_token_secret: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -105,6 +108,27 @@ def _search_settings(env: Mapping[str, str]) -> SearchEngineSettings:
         template_url=env.get("EGRESS_SEARCH_URL") or None,
         template_key=env.get("EGRESS_SEARCH_KEY") or None,
     )
+
+
+MIN_RUN_TOKEN_SECRET_CHARS = 32
+
+
+def _redis_min_replicas(text: str | None) -> int:
+    if not text:
+        return 0
+    if not text.isdigit() or int(text) > 16:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"EGRESS_REDIS_MIN_REPLICAS: {text!r} is not 0-16")
+    return int(text)
+
+
+def _run_token_secret(text: str | None) -> str | None:
+    if not text:
+        return None
+    if len(text) < MIN_RUN_TOKEN_SECRET_CHARS:
+        raise GatewayError(
+            ErrorCode.INVALID_INPUT, f"EGRESS_RUN_TOKEN_SECRET must be at least {MIN_RUN_TOKEN_SECRET_CHARS} characters"
+        )
+    return text
 
 
 def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None = None) -> Settings:
@@ -140,4 +164,7 @@ def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None
         search=_search_settings(env),
         fetch_reader_url=env.get("EGRESS_FETCH_READER_URL") or None,
         fetch_reader_key=env.get("EGRESS_FETCH_READER_KEY") or None,
+        redis_ca_bundle=env.get("EGRESS_REDIS_CA_BUNDLE") or None,
+        redis_min_replicas=_redis_min_replicas(env.get("EGRESS_REDIS_MIN_REPLICAS")),
+        run_token_secret=_run_token_secret(env.get("EGRESS_RUN_TOKEN_SECRET")),
     )

@@ -10,7 +10,9 @@ from __future__ import annotations
 from gateway.budget.memory import MemoryBudgetStore
 from gateway.budget.model import BudgetCounts, Reservation, ToolLimits
 from gateway.budget.redis import RedisBudgetStore
+from gateway.budget.redis_connect import RedisUrlError
 from gateway.budget.store import BudgetStore
+from gateway.errors import ErrorCode, GatewayError
 
 __all__ = [
     "BudgetCounts",
@@ -23,12 +25,23 @@ __all__ = [
 ]
 
 
-def open_store(redis_url: str | None, *, namespace: str = "egress") -> BudgetStore:
+def open_store(
+    redis_url: str | None,
+    *,
+    namespace: str = "egress",
+    ca_bundle: str | None = None,
+    min_replicas: int = 0,
+) -> BudgetStore:
     """The store for these settings: Redis when a URL is given, else this process's memory.
 
-    Opening does not connect (redis-py connects lazily), so a gateway starts while Redis is down
-    and reports it through `ping()` (`/readyz`) and `store_unavailable` on budgeted calls.
+    The URL may name one server, a Sentinel group or a Cluster, over TLS or not
+    (`redis_connect.py`). Opening does not connect (redis-py connects lazily), so a gateway starts
+    while Redis is down and reports it through `ping()` (`/readyz`) and `store_unavailable` on
+    budgeted calls. A malformed URL is `invalid_input` at start.
     """
     if redis_url:
-        return RedisBudgetStore(redis_url, namespace=namespace)
+        try:
+            return RedisBudgetStore(redis_url, namespace=namespace, ca_bundle=ca_bundle, min_replicas=min_replicas)
+        except RedisUrlError as exc:
+            raise GatewayError(ErrorCode.INVALID_INPUT, str(exc)) from None
     return MemoryBudgetStore()

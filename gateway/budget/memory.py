@@ -49,6 +49,7 @@ class _Window:
     # Index of the window (clock // length) this count belongs to; an older index counts 0.
     index: int
     spent: int
+    ends_at: float
 
 
 @dataclass(slots=True)
@@ -149,8 +150,8 @@ class MemoryBudgetStore:
 
         # Every check passed: only now is anything consumed.
         remaining_windows: dict[str, int] = {}
-        for (name, _, limit), (_, index, spent) in zip(limits.window_limits(), windows, strict=True):
-            state.windows[(principal, tool, name)] = _Window(index, spent + 1)
+        for (name, length_s, limit), (_, index, spent) in zip(limits.window_limits(), windows, strict=True):
+            state.windows[(principal, tool, name)] = _Window(index, spent + 1, (index + 1) * length_s)
             remaining_windows[name] = remaining(limit, spent + 1)
         ttl_s = self._counter_ttl_s if id_ttl_s is None else id_ttl_s
         for key in id_keys:
@@ -263,6 +264,8 @@ class MemoryBudgetStore:
                 del state.leases[tool_key]
         for tool_key in [k for k, c in state.cooldowns.items() if c.expires_at <= now]:
             del state.cooldowns[tool_key]
+        for window_key in [k for k, w in state.windows.items() if w.ends_at <= now]:
+            del state.windows[window_key]
         for tool_key, live in list(state.live_ids.items()):
             for id_key in [k for k, expiry in live.items() if expiry <= now]:
                 del live[id_key]

@@ -24,7 +24,7 @@ import orjson
 
 from gateway.errors import ErrorCode, GatewayError
 
-TOKEN_PREFIX = "egr1"
+TOKEN_PREFIX = "egr1"  # noqa: S105 - a format tag, not a secret
 MAX_TOKEN_CHARS = 2048
 MIN_SECRET_BYTES = 32
 # Only the id-keyed budgets can be narrowed by a token; window quotas are the principal's own.
@@ -113,7 +113,7 @@ def verify_run_token(secret: bytes, token: str, *, now_s: float) -> RunClaims:
     """
     if len(token) > MAX_TOKEN_CHARS:
         raise _refused(f"longer than {MAX_TOKEN_CHARS} characters")
-    prefix, payload_text, signature_text = (token.split(".") + ["", ""])[:3]
+    prefix, payload_text, signature_text = [*token.split("."), "", ""][:3]
     if prefix != TOKEN_PREFIX or not payload_text or not signature_text or token.count(".") != 2:
         raise _refused("not a run token")
     try:

@@ -21,7 +21,7 @@ from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.policy.decide import authenticate, decide_destination
 from gateway.policy.model import LoadedPolicy
-from gateway.tools.call_guard import CallContext, ToolCalls, parse_budget_id, require_tool
+from gateway.tools.call_guard import CallContext, ToolCalls, require_tool
 from gateway.tools.fetch import FetchTool, parse_fetch_args
 from gateway.tools.search.query import parse_search_args
 from gateway.tools.search.tool import SearchTool
@@ -64,6 +64,7 @@ class ToolsApi:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.router.add_post("/v1/fetch", self.handle_fetch)
         app.router.add_post("/v1/search", self.handle_search)
+        app.router.add_post("/v1/runs", self.handle_mint_run_token)
         return app
 
     async def _context(self, request: web.Request) -> CallContext:
@@ -76,12 +77,8 @@ class ToolsApi:
                 raise GatewayError(ErrorCode.AUTH_REQUIRED, "Authorization must be 'Bearer <token>'")
             token = value.strip()
         principal = authenticate(loaded.policy, None, token)
-        return CallContext(
-            principal=principal,
-            loaded=loaded,
-            run_id=parse_budget_id(request.headers.get("X-Egress-Run"), "X-Egress-Run"),
-            step_id=parse_budget_id(request.headers.get("X-Egress-Step"), "X-Egress-Step"),
-        )
+        # Run and step ids count only under a run token (issue 12): see tools/run_tokens.py.
+        return self._calls.context(principal, loaded, request.headers)
 
     @staticmethod
     async def _payload(request: web.Request) -> Any:
@@ -192,6 +189,46 @@ class ToolsApi:
             return result
 
         return await self._calls.run("search", context, work)
+
+    async def handle_mint_run_token(self, request: web.Request) -> web.Response:
+        """`POST /v1/runs`: an orchestrator mints a run token for one of its principals."""
+        started = time.perf_counter()
+        loaded = self._policy_source()
+        orchestrator: str | None = None
+        try:
+            minter = self._calls.run_tokens.authenticate_orchestrator(
+                loaded.policy, request.headers.get("Authorization")
+            )
+            orchestrator = minter.name
+            minted = self._calls.run_tokens.mint(loaded.policy, minter, await self._payload(request))
+        except GatewayError as exc:
+            self._audit_mint(orchestrator, None, loaded.generation, started, exc)
+            return error_response(exc)
+        self._audit_mint(orchestrator, str(minted["principal"]), loaded.generation, started, None)
+        return _json_response(minted)
+
+    def _audit_mint(
+        self,
+        orchestrator: str | None,
+        principal: str | None,
+        generation: int,
+        started: float,
+        error: GatewayError | None,
+    ) -> None:
+        # The token itself and the run id are never logged: the token is a credential.
+        self._audit.decision(
+            kind="run_token",
+            principal=principal,
+            host=None,
+            port=None,
+            decision="deny" if error else "allow",
+            code=str(error.code) if error else None,
+            reason=error.message if error else None,
+            generation=generation,
+            duration_s=round(time.perf_counter() - started, 6),
+            orchestrator=orchestrator,
+        )
+        self._audit.flush()
 
     async def handle_fetch(self, request: web.Request) -> web.Response:
         return await self._handle("fetch", request)

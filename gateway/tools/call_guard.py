@@ -19,7 +19,7 @@ from gateway.budget import BudgetStore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.policy.model import LoadedPolicy, Principal, ToolLimits
-from gateway.tools.run_tokens import RunTokens, VouchedIds, parse_budget_id
+from gateway.tools.run_tokens import NO_IDS, RunTokens, VouchedIds, parse_budget_id
 
 __all__ = ["CallContext", "ToolCalls", "parse_budget_id", "require_tool"]
 
@@ -33,7 +33,7 @@ class CallContext:
     run_id: str | None
     step_id: str | None
     # What vouched for run_id / step_id; empty (no ids) for a call without a run token.
-    vouched: VouchedIds = VouchedIds()
+    vouched: VouchedIds = NO_IDS
 
 
 def require_tool(principal: Principal, tool: Tool) -> None:
@@ -44,9 +44,7 @@ def require_tool(principal: Principal, tool: Tool) -> None:
 class ToolCalls:
     """Runs tool work under the checks above. One per process, sharing the budget store."""
 
-    def __init__(
-        self, store: BudgetStore, policy_source: Callable[[], LoadedPolicy], run_tokens: RunTokens
-    ) -> None:
+    def __init__(self, store: BudgetStore, policy_source: Callable[[], LoadedPolicy], run_tokens: RunTokens) -> None:
         self._store = store
         self._policy_source = policy_source
         self.run_tokens = run_tokens

@@ -15,8 +15,10 @@ absolute time shared by every replica).
 from __future__ import annotations
 
 import hmac
+import logging
 import math
 import re
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -27,10 +29,13 @@ from gateway.budget.run_token import NARROWABLE_LIMITS, RunClaims, mint_run_toke
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.decide import token_digest
 from gateway.policy.model import Orchestrator, Policy, Principal, ToolLimits
+from gateway.settings import Settings
+
+log = logging.getLogger("egress_gateway.run_tokens")
 
 RUN_HEADER = "X-Egress-Run"
 STEP_HEADER = "X-Egress-Step"
-RUN_TOKEN_HEADER = "X-Egress-Run-Token"
+RUN_TOKEN_HEADER = "X-Egress-Run-Token"  # noqa: S105 - a header name
 MAX_BUDGET_ID_CHARS = 200
 _BUDGET_ID = re.compile(r"^[\x21-\x7e]{1,200}$")
 DEFAULT_TOKEN_TTL_S = 3600
@@ -69,6 +74,22 @@ class VouchedIds:
             if (value := self.claims.limit(tool, name)) is not None
         }
         return replace(policy_limits, **changes) if changes else policy_limits
+
+
+def run_token_secret(settings: Settings) -> bytes:
+    """`EGRESS_RUN_TOKEN_SECRET`, or a random secret of this process alone.
+
+    Replicas must share the secret to accept each other's tokens; a random one also means that
+    tokens die with the process, which is safe (the run's calls are refused, never over-granted).
+    """
+    if settings.run_token_secret:
+        return settings.run_token_secret.encode("utf-8")
+    if settings.redis_url:
+        log.warning("EGRESS_RUN_TOKEN_SECRET is unset: run tokens minted here are refused by other replicas")
+    return secrets.token_bytes(32)
+
+
+NO_IDS = VouchedIds()
 
 
 def _refused(reason: str) -> GatewayError:
@@ -156,7 +177,9 @@ def _id_field(payload: dict[str, Any], name: str, *, required: bool) -> str | No
     if value is None and not required:
         return None
     if not isinstance(value, str) or not _BUDGET_ID.match(value):
-        raise GatewayError(ErrorCode.INVALID_INPUT, f"{name} must be 1-{MAX_BUDGET_ID_CHARS} printable ASCII characters")
+        raise GatewayError(
+            ErrorCode.INVALID_INPUT, f"{name} must be 1-{MAX_BUDGET_ID_CHARS} printable ASCII characters"
+        )
     return value
 
 

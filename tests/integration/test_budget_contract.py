@@ -78,8 +78,11 @@ async def reserve(
     tool: str = "fetch",
     run_id: str | None = "run-1",
     step_id: str | None = "step-1",
+    id_ttl_s: float | None = None,
 ) -> Reservation:
-    return await store.reserve(principal=principal, tool=tool, run_id=run_id, step_id=step_id, limits=lim)
+    return await store.reserve(
+        principal=principal, tool=tool, run_id=run_id, step_id=step_id, limits=lim, id_ttl_s=id_ttl_s
+    )
 
 
 async def denial(awaitable: Awaitable[object]) -> GatewayError:
@@ -260,6 +263,92 @@ async def test_a_retried_step_does_not_get_a_fresh_budget(store: BudgetStore) ->
         await store.release(await reserve(store, lim))
     for _ in range(3):  # the agent retries the same step key
         assert (await denial(reserve(store, lim))).code is ErrorCode.QUOTA_EXHAUSTED
+
+
+async def test_rotating_run_and_step_ids_is_still_stopped_by_the_minute_window(store: BudgetStore) -> None:
+    lim = limits(per_minute=3)
+    for i in range(3):
+        granted = await reserve(store, lim, run_id=f"fresh-run-{i}", step_id=f"fresh-step-{i}")
+        assert granted.counts.to_json()["minute"] == {"remaining": 2 - i}
+    for run_id, step_id in (("fresh-run-9", "s"), (None, None), ("run-x", None)):
+        error = await denial(reserve(store, lim, run_id=run_id, step_id=step_id))
+        assert error.code is ErrorCode.QUOTA_EXHAUSTED
+        assert error.extra == {"budget": "minute"}
+        assert error.retry_after_s is not None
+        assert 0 < error.retry_after_s <= 60
+    # The window is the principal's and the tool's: another principal and another tool are free.
+    await reserve(store, lim, principal="other-agent")
+    await reserve(store, lim, tool="search")
+
+
+@pytest.mark.parametrize("window", ["minute", "hour", "day"])
+async def test_each_window_is_enforced_before_the_step_and_run_budgets(store: BudgetStore, window: str) -> None:
+    lim = limits(per_step=1, per_run=1, **{f"per_{window}": 1})
+    await reserve(store, lim)
+    # Step, run and window are all spent: the window answers first.
+    error = await denial(reserve(store, lim))
+    assert error.extra == {"budget": window}
+
+
+async def test_a_denial_costs_no_window_quota(store: BudgetStore) -> None:
+    lim = limits(per_minute=3, per_step=1)
+    await reserve(store, lim)
+    for _ in range(3):
+        assert (await denial(reserve(store, lim))).extra == {"budget": "step"}
+    assert (await reserve(store, lim, step_id="step-2")).counts.to_json()["minute"] == {"remaining": 1}
+    assert (await reserve(store, lim, step_id="step-3")).counts.to_json()["minute"] == {"remaining": 0}
+    assert (await denial(reserve(store, lim, step_id="step-4"))).extra == {"budget": "minute"}
+
+
+async def test_the_number_of_live_ids_per_principal_and_tool_is_bounded(store: BudgetStore) -> None:
+    lim = limits(max_live_ids=3)
+    await reserve(store, lim, run_id="r1", step_id="s1")  # two ids: the run and its step
+    await reserve(store, lim, run_id="r1", step_id="s2")  # one more
+    error = await denial(reserve(store, lim, run_id="r1", step_id="s3"))
+    assert error.code is ErrorCode.QUOTA_EXHAUSTED
+    assert error.extra == {"budget": "live_ids"}
+    assert (await denial(reserve(store, lim, run_id="r2", step_id=None))).extra == {"budget": "live_ids"}
+    # Live ids keep working, and a call without ids is not affected.
+    await reserve(store, lim, run_id="r1", step_id="s1")
+    await reserve(store, lim, run_id="r1", step_id=None)
+    await reserve(store, lim, run_id=None, step_id=None)
+    # The bound is per principal.
+    await reserve(store, lim, principal="other-agent", run_id="r2", step_id="s1")
+
+
+async def test_ids_and_their_counters_are_forgotten_when_their_ttl_passes(store: BudgetStore) -> None:
+    lim = limits(max_live_ids=2, per_step=1)
+    await reserve(store, lim, run_id="short", step_id="s", id_ttl_s=0.3)
+    assert (await denial(reserve(store, lim, run_id="other", step_id=None, id_ttl_s=60))).extra == {
+        "budget": "live_ids"
+    }
+    # Once the token's lifetime is over, the ids leave the live set and their counters go.
+    deadline = time.monotonic() + SETTLE_DEADLINE_S
+    while True:
+        # The same step again: refused while its counter lives, a fresh budget after.
+        outcome = await asyncio.gather(
+            reserve(store, lim, run_id="short", step_id="s", id_ttl_s=60), return_exceptions=True
+        )
+        again = outcome[0]
+        if isinstance(again, Reservation):
+            break
+        assert isinstance(again, GatewayError)
+        assert again.extra == {"budget": "step"}
+        assert time.monotonic() < deadline, "the ids outlived their ttl"
+        await asyncio.sleep(0.05)
+    assert again.remaining_step == 0
+    assert (await denial(reserve(store, lim, run_id="other", step_id=None, id_ttl_s=60))).extra == {
+        "budget": "live_ids"
+    }
+
+
+async def test_a_shorter_ttl_never_cuts_a_longer_one_short(store: BudgetStore) -> None:
+    lim = limits(per_step=1)
+    await reserve(store, lim, run_id="long", step_id="s", id_ttl_s=60)
+    await asyncio.sleep(0)
+    await reserve(store, lim, run_id="long", step_id="s2", id_ttl_s=0.1)
+    await asyncio.sleep(0.3)
+    assert (await denial(reserve(store, lim, run_id="long", step_id="s", id_ttl_s=0.1))).extra == {"budget": "step"}
 
 
 ODD_VALUES = {
