@@ -35,6 +35,7 @@ class ErrorCode(StrEnum):
     STORE_UNAVAILABLE = "store_unavailable"
     POLICY_CHANGED = "policy_changed"
     INVALID_RUN_TOKEN = "invalid_run_token"  # noqa: S105 - an error code
+    AUDIT_UNAVAILABLE = "audit_unavailable"
 
 
 HTTP_STATUS: dict[ErrorCode, int] = {
@@ -61,6 +62,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.POLICY_CHANGED: 409,
     ErrorCode.INVALID_RUN_TOKEN: 403,
+    ErrorCode.AUDIT_UNAVAILABLE: 503,
 }
 
 # A retry can succeed without the caller changing anything.
@@ -76,6 +78,7 @@ RETRYABLE: frozenset[ErrorCode] = frozenset(
         ErrorCode.STORE_UNAVAILABLE,
         ErrorCode.POLICY_CHANGED,
         ErrorCode.UPSTREAM_STATUS,
+        ErrorCode.AUDIT_UNAVAILABLE,
     }
 )
 

@@ -77,6 +77,10 @@ class Settings:
     redis_ca_bundle: str | None = None
     redis_min_replicas: int = 0
     run_token_secret: str | None = None
+    audit_on_failure: str = "deny"
+    audit_max_bytes: int = 0
+    audit_keep_files: int = 5
+    audit_aggregate_s: float = 10.0
 
     def __repr__(self) -> str:
         return (
@@ -129,6 +133,23 @@ def _run_token_secret(text: str | None) -> str | None:
             ErrorCode.INVALID_INPUT, f"EGRESS_RUN_TOKEN_SECRET must be at least {MIN_RUN_TOKEN_SECRET_CHARS} characters"
         )
     return text
+def _number(text: str | None, setting: str, default: float, *, integer: bool = False) -> float:
+    if text is None or not text.strip():
+        return default
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} is not a number") from None
+    if value < 0:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} must not be negative")
+    return value
+
+
+def _audit_on_failure(text: str | None) -> str:
+    value = (text or "deny").strip().lower()
+    if value not in {"deny", "allow"}:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"EGRESS_AUDIT_ON_FAILURE: {text!r} is not deny or allow")
+    return value
 
 
 def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None = None) -> Settings:
@@ -167,4 +188,8 @@ def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None
         redis_ca_bundle=env.get("EGRESS_REDIS_CA_BUNDLE") or None,
         redis_min_replicas=_redis_min_replicas(env.get("EGRESS_REDIS_MIN_REPLICAS")),
         run_token_secret=_run_token_secret(env.get("EGRESS_RUN_TOKEN_SECRET")),
+        audit_on_failure=_audit_on_failure(pick("audit_on_failure", "EGRESS_AUDIT_ON_FAILURE")),
+        audit_max_bytes=int(_number(env.get("EGRESS_AUDIT_MAX_BYTES"), "EGRESS_AUDIT_MAX_BYTES", 0, integer=True)),
+        audit_keep_files=int(_number(env.get("EGRESS_AUDIT_KEEP_FILES"), "EGRESS_AUDIT_KEEP_FILES", 5, integer=True)),
+        audit_aggregate_s=_number(env.get("EGRESS_AUDIT_AGGREGATE_S"), "EGRESS_AUDIT_AGGREGATE_S", 10.0),
     )
