@@ -133,6 +133,8 @@ def _run_token_secret(text: str | None) -> str | None:
             ErrorCode.INVALID_INPUT, f"EGRESS_RUN_TOKEN_SECRET must be at least {MIN_RUN_TOKEN_SECRET_CHARS} characters"
         )
     return text
+
+
 def _number(text: str | None, setting: str, default: float, *, integer: bool = False) -> float:
     if text is None or not text.strip():
         return default
