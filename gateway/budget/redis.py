@@ -12,21 +12,22 @@ recovers by itself when Redis returns (the pool reconnects; EVALSHA reloads the 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
 import math
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from gateway.budget.model import BudgetCounts, Reservation, ToolLimits
-from gateway.budget.redis_connect import connect_redis
+from gateway.budget.redis_connect import MAX_CONNECTIONS, POOL_WAIT_TIMEOUT_S, connect_redis
 from gateway.budget.store import (
     COUNTER_IDLE_TTL_S,
     check_tool_name,
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 # How long a reservation waits for `min_replicas` replicas to acknowledge it (Redis WAIT); under
 # the 2 s operation timeout so a missing replica fails the call rather than the connection.
 REPLICA_WAIT_MS = 1000
+MAX_IN_FLIGHT = MAX_CONNECTIONS // 2
 WINDOW_NAMES = ("minute", "hour", "day")
 # The window hash outlives its longest window by a margin, then goes with its principal.
 WINDOW_HASH_TTL_MS = 2 * 86_400_000
@@ -187,16 +189,10 @@ def _ms_ceil(seconds: float) -> int:
     return max(1, math.ceil(seconds * 1000))
 
 
-@contextlib.contextmanager
-def _store_errors(operation: str) -> Iterator[None]:
-    """Translate redis-py and socket failures into `store_unavailable` at this one edge."""
-    try:
-        yield
-    except (RedisError, OSError, TimeoutError) as exc:
-        raise GatewayError(
-            ErrorCode.STORE_UNAVAILABLE,
-            f"budget store unavailable during {operation}: {type(exc).__name__}",
-        ) from exc
+def _unavailable(operation: str, exc: BaseException) -> GatewayError:
+    return GatewayError(
+        ErrorCode.STORE_UNAVAILABLE, f"budget store unavailable during {operation}: {type(exc).__name__}"
+    )
 
 
 class RedisBudgetStore:
@@ -220,6 +216,27 @@ class RedisBudgetStore:
         self._min_replicas = min_replicas
         self._redis: Redis | RedisCluster = connect_redis(url, ca_bundle=ca_bundle)
         self._reserve_script = self._redis.register_script(RESERVE_LUA)
+        # Commands in flight are capped below the client's connection bound, for every form: the
+        # Sentinel and Cluster pools refuse (rather than wait) past it, and redis-py's cluster
+        # client fails in odd ways (MaxConnectionsError, a half-set-up connection) when it is hit.
+        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._script_lock = asyncio.Lock()
+        self._script_loaded = False
+
+    @contextlib.asynccontextmanager
+    async def _store_errors(self, operation: str) -> AsyncIterator[None]:
+        """One command slot, and redis-py and socket failures as `store_unavailable`: the one edge."""
+        try:
+            async with asyncio.timeout(POOL_WAIT_TIMEOUT_S):
+                await self._in_flight.acquire()
+        except TimeoutError as exc:
+            raise _unavailable(operation, exc) from None
+        try:
+            yield
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise _unavailable(operation, exc) from exc
+        finally:
+            self._in_flight.release()
 
     # -- keys -------------------------------------------------------------------------------
 
@@ -320,19 +337,45 @@ class RedisBudgetStore:
         """The script's reply; with `min_replicas`, the replica count of WAIT appended to it.
 
         WAIT must follow the script on the same connection, hence one non-transactional
-        pipeline (the script is atomic on its own).
+        pipeline (the script is atomic on its own). A server that lost the script (a restart, a
+        failover to a replica that never saw it) answers NOSCRIPT without running anything, so
+        loading it and sending again cannot count twice.
         """
-        with _store_errors("reserve"):
-            if not self._min_replicas:
-                reply: Any = await self._reserve_script(keys=keys, args=args)
-                return list(reply)
-            pipe = self._redis.pipeline(transaction=False)
-            # redis-py queues EVALSHA on a pipeline and loads the script first (its stubs name
-            # only clients).
-            await self._reserve_script(keys=keys, args=args, client=pipe)  # type: ignore[arg-type]
-            pipe.execute_command("WAIT", self._min_replicas, REPLICA_WAIT_MS)
-            script_reply, acked = await pipe.execute()
-            return [*script_reply, acked]
+        async with self._store_errors("reserve"):
+            for attempt in (1, 2):
+                await self._load_script()
+                try:
+                    return await self._send_reserve(keys, args)
+                except NoScriptError:
+                    self._script_loaded = False
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
+
+    async def _send_reserve(self, keys: list[str], args: list[str | int]) -> list[Any]:
+        sha = self._reserve_script.sha
+        if not self._min_replicas:
+            reply: Any = await self._redis.evalsha(sha, len(keys), *keys, *args)
+            return list(reply)
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.evalsha(sha, len(keys), *keys, *args)
+        pipe.execute_command("WAIT", self._min_replicas, REPLICA_WAIT_MS)
+        script_reply, acked = await pipe.execute()
+        return [*script_reply, acked]
+
+    async def _load_script(self) -> None:
+        """SCRIPT LOAD once (on every primary of a cluster) before the first EVALSHA.
+
+        Left to redis-py, a burst of first calls each meets NOSCRIPT and loads the script
+        concurrently, which its cluster client does not survive (connections torn down under
+        other commands). One load under a lock, again after any NOSCRIPT.
+        """
+        if self._script_loaded:
+            return
+        async with self._script_lock:
+            if not self._script_loaded:
+                await self._redis.script_load(RESERVE_LUA)
+                self._script_loaded = True
 
     async def release(self, reservation: Reservation) -> None:
         """Free the lease. Best effort by design: callers release in `finally`, and a store
@@ -340,7 +383,7 @@ class RedisBudgetStore:
         `lease_ttl_s` anyway."""
         leases_key = f"{self._tool_prefix(reservation.principal, reservation.tool)}:leases"
         try:
-            with _store_errors("release"):
+            async with self._store_errors("release"):
                 await self._redis.zrem(leases_key, reservation.lease_id)
         except GatewayError as exc:
             log.warning("lease not released, it will expire by TTL: %s", exc.message)
@@ -355,7 +398,7 @@ class RedisBudgetStore:
         limits: ToolLimits,
     ) -> BudgetCounts:
         _, _, step_key, run_key, _, _ = self._keys(principal, tool, run_id, step_id)
-        with _store_errors("counts"):
+        async with self._store_errors("counts"):
             step_raw, run_raw = await self._redis.mget([step_key, run_key])
         return BudgetCounts(
             remaining_step=(None if step_id is None else remaining(limits.per_step, _int(step_raw))),
@@ -364,20 +407,20 @@ class RedisBudgetStore:
 
     async def ping(self) -> bool:
         try:
-            with _store_errors("ping"):
+            async with self._store_errors("ping"):
                 return bool(await self._redis.ping())
         except GatewayError:
             return False
 
     async def cache_get(self, key: str) -> bytes | None:
-        with _store_errors("cache get"):
+        async with self._store_errors("cache get"):
             value: Any = await self._redis.get(self._cache_key(key))
         return None if value is None else bytes(value)
 
     async def cache_set(self, key: str, value: bytes, ttl_s: float) -> None:
         if ttl_s <= 0:
             return
-        with _store_errors("cache set"):
+        async with self._store_errors("cache set"):
             await self._redis.set(self._cache_key(key), value, px=_ms_ceil(ttl_s))
 
     async def close(self) -> None:

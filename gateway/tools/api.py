@@ -110,7 +110,12 @@ class ToolsApi:
         try:
             context = await self._context(request)
             principal_name, generation = context.principal.name, context.loaded.generation
-            audit.update(run=context.run_id, step=context.step_id)
+            # The ids as the agent sent them, for correlation; `run_vouched` says whether they counted.
+            audit.update(
+                run=context.run_id or context.vouched.claimed_run,
+                step=context.step_id or context.vouched.claimed_step,
+                run_vouched=context.vouched.claims is not None,
+            )
             payload = await self._payload(request)
             result = await self.invoke(tool, context, payload, audit)
         except GatewayError as exc:

@@ -63,6 +63,9 @@ class VouchedIds:
     claims: RunClaims | None = None
     # Seconds the token has left: the ids' counters live as long, then the run is over.
     id_ttl_s: float | None = None
+    # The headers as the agent sent them (syntax-checked), kept for the audit line only.
+    claimed_run: str | None = None
+    claimed_step: str | None = None
 
     def limits(self, tool: str, policy_limits: ToolLimits) -> ToolLimits:
         """The policy's limits, with per_run / per_step lowered where the token asks."""
@@ -110,7 +113,7 @@ class RunTokens:
         token = headers.get(RUN_TOKEN_HEADER)
         if not token:
             # The agent's own headers are not evidence: the call counts against its windows only.
-            return VouchedIds()
+            return VouchedIds(claimed_run=run_header, claimed_step=step_header)
         now_s = self._clock()
         claims = verify_run_token(self._secret, token.strip(), now_s=now_s)
         if claims.principal != principal.name:
@@ -125,7 +128,7 @@ class RunTokens:
             if step_header is not None and step_header != claims.step_id:
                 raise _refused(f"{STEP_HEADER} differs from the token's step")
             step_id = claims.step_id
-        return VouchedIds(claims.run_id, step_id, claims, max(1.0, claims.expires_at - now_s))
+        return VouchedIds(claims.run_id, step_id, claims, max(1.0, claims.expires_at - now_s), run_header, step_header)
 
     def authenticate_orchestrator(self, policy: Policy, authorization: str | None) -> Orchestrator:
         scheme, _, value = (authorization or "").partition(" ")
