@@ -106,8 +106,9 @@ def test_flags_win_over_env_which_wins_over_the_settings_file(
         "EGRESS_AUDIT_LOG": "off",
     }
     base = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp")}
+    command = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
     with subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--proxy-listen", f"127.0.0.1:{proxy_flag}"],
+        [*command, "--proxy-listen", f"127.0.0.1:{proxy_flag}"],
         env={**base, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -155,7 +156,7 @@ def test_metrics_carry_build_info_and_process_metrics_without_created_or_empty_c
     gateway = gateway_factory(policy_document())
     httpx.post(f"{gateway.api_url}/v1/fetch", json={"url": "https://127.0.0.1/"}, timeout=10)
     text = httpx.get(f"{gateway.admin_url}/metrics", timeout=5).text
-    assert f'egress_gateway_build_info{{policy_sha256="' in text
+    assert 'egress_gateway_build_info{policy_sha256="' in text
     assert f'version="{__version__}"' in text
     assert "process_resident_memory_bytes" in text
     assert "_created" not in text
