@@ -88,9 +88,7 @@ def test_a_settings_file_that_does_not_parse_is_one_line(tmp_path: Path) -> None
     assert result.stderr.startswith(f"egress-gateway: --config {config}: not valid YAML/TOML")
 
 
-def test_flags_win_over_env_which_wins_over_the_settings_file(
-    gateway_factory: GatewayFactory, tmp_path: Path
-) -> None:
+def test_flags_win_over_env_which_wins_over_the_settings_file(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
     file_admin, file_api, env_api = free_port(), free_port(), free_port()
     config = tmp_path / "gateway.yaml"
     config.write_text(
