@@ -74,6 +74,8 @@ class EgressCore:
         self._memo_generation = -1
         self._remembered: BoundedMemo[NameKey, PinnedTarget] = BoundedMemo(MAX_REMEMBERED_TARGETS)
         self._pending_names: BoundedMemo[NameKey, NameVerdict] = BoundedMemo(MAX_PENDING_NAMES)
+        # Set by the daemon to the audit log's refusal: no new egress while it cannot be written.
+        self.admission: Callable[[], GatewayError | None] | None = None
 
     @property
     def loaded(self) -> LoadedPolicy:
@@ -93,6 +95,8 @@ class EgressCore:
 
         After a `pin_cached` miss for the same (principal, host, port) under the same generation,
         the name verdict it made is used instead of deciding again."""
+        if self.admission is not None and (refusal := self.admission()) is not None:
+            raise refusal
         loaded = loaded or self.loaded
         self._same_generation(loaded)
         verdict = self._pending_names.pop((principal.name, host.name, port), None)
@@ -120,6 +124,8 @@ class EgressCore:
         cached answer is vetted against this generation's guard (the gateway's own addresses
         included), and report mode marks rather than refuses.
         """
+        if self.admission is not None and (refusal := self.admission()) is not None:
+            raise refusal
         self._same_generation(loaded)
         key = (principal.name, host.name, port)
         if host.ip is not None:
