@@ -13,6 +13,7 @@ from operator import add
 
 from selectolax.lexbor import LexborNode
 
+from gateway.tools.extract.main_content_boilerplate import remove_boilerplate_blocks
 from gateway.tools.extract.main_content_words import (
     SHARE_BAR,
     SHARE_BAR_CANDIDATES,
@@ -47,6 +48,7 @@ def clean_article(nodes: list[LexborNode], strictness: Strictness) -> None:
     weights = ClassWeights()
     for root in nodes:
         _clean_subtree(root, strictness, weights)
+        remove_boilerplate_blocks(root)
 
 
 def _clean_subtree(root: LexborNode, strictness: Strictness, weights: ClassWeights) -> None:
