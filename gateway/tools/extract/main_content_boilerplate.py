@@ -41,9 +41,27 @@ WIDGET = (
 # Calls to subscribe, sign up or log in: in a short block they are the site talking, not the story.
 # Substrings of the lowercased text (`in` is many times faster than an unanchored regex).
 CALL_TO_ACTION = (
-    "subscrib", "newsletter", "sign up", "signing up", "log in", "login", "signed in", "abonn", "anmelden",
-    "einloggen", "eingeloggt", "registrier", "inscri", "suscrib", "iscriviti", "zapisz się",
-    "download our app", "download the app", "app herunterladen", "privatsphäre", "privacy",
+    "subscrib",
+    "newsletter",
+    "sign up",
+    "signing up",
+    "log in",
+    "login",
+    "signed in",
+    "abonn",
+    "anmelden",
+    "einloggen",
+    "eingeloggt",
+    "registrier",
+    "inscri",
+    "suscrib",
+    "iscriviti",
+    "zapisz się",
+    "download our app",
+    "download the app",
+    "app herunterladen",
+    "privatsphäre",
+    "privacy",
 )
 # Date and byline labels heading a short line: "Updated on 3 May", "Veröffentlicht am", "Opublikowano".
 DATE_LINE = (
@@ -59,8 +77,10 @@ WIDGET_BLOCK = re.compile(rf"^(?:{WIDGET})\W*\d*\W*$")
 DATE_BLOCK = re.compile(rf"^(?:{DATE_LINE})\b")
 CREDIT_BLOCK = re.compile(rf"^\W*(?:{CREDIT})")
 SHORT_BLOCK_CHARS = 120
-CALL_BLOCK_CHARS = 300
+# A call to subscribe is one short sentence; an article's sentence about newsletters has clauses.
+CALL_BLOCK_CHARS = 200
 CREDIT_CHARS = 80
+MAX_JUDGED_CHARS = max(SHORT_BLOCK_CHARS, CALL_BLOCK_CHARS)
 # Link share above which the blocks after a teaser heading are its list of other pages.
 TEASER_LIST_LINK_SHARE = 0.5
 
@@ -78,11 +98,11 @@ def remove_boilerplate_blocks(root: LexborNode) -> None:
             long_blocks.add(parent.mem_id)
             continue
         raw = node.text(deep=True)
-        if len(raw) > CALL_BLOCK_CHARS * 4:
+        if len(raw) > MAX_JUDGED_CHARS * 4:
             long_blocks.add(parent.mem_id)
             continue
         text = " ".join(raw.split())
-        if len(text) > CALL_BLOCK_CHARS:
+        if len(text) > MAX_JUDGED_CHARS:
             long_blocks.add(parent.mem_id)
             continue
         verdict = _boilerplate(text, node.tag or "")
@@ -97,7 +117,7 @@ def _boilerplate(text: str, tag: str) -> str | None:
     if not text:
         return None
     text = text.lower()
-    if any(call in text for call in CALL_TO_ACTION):
+    if len(text) <= CALL_BLOCK_CHARS and text.count(",") <= 1 and any(call in text for call in CALL_TO_ACTION):
         return "call"
     if len(text) > SHORT_BLOCK_CHARS:
         return None
