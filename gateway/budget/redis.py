@@ -27,7 +27,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway.budget.model import BudgetCounts, Reservation, ToolLimits
-from gateway.budget.redis_connect import MAX_CONNECTIONS, POOL_WAIT_TIMEOUT_S, connect_redis
+from gateway.budget.redis_connect import MAX_CONNECTIONS, POOL_WAIT_TIMEOUT_S, close_redis, connect_redis
 from gateway.budget.store import (
     COUNTER_IDLE_TTL_S,
     check_tool_name,
@@ -425,7 +425,7 @@ class RedisBudgetStore:
 
     async def close(self) -> None:
         with contextlib.suppress(RedisError, OSError):
-            await self._redis.aclose()
+            await close_redis(self._redis)
 
 
 def _text(value: Any) -> str:

@@ -177,3 +177,12 @@ def connect_redis(url: str, *, ca_bundle: str | None = None) -> Redis | RedisClu
     )
     client: Redis = sentinel.master_for(target.service, db=target.db, **options)
     return client
+
+
+async def close_redis(client: Redis | RedisCluster) -> None:
+    """Close the client and, for Sentinel, the clients it holds to each sentinel (redis-py's
+    `aclose` leaves those sockets open)."""
+    await client.aclose()
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        await sentinel.aclose()

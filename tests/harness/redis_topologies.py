@@ -15,6 +15,7 @@ fails the run.
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -124,6 +125,15 @@ class RedisProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
 
+    def pause(self) -> None:
+        """SIGSTOP: connections stay open, nothing answers (a stalled host)."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         process, self.process = self.process, None
         if process is not None and process.poll() is None:
@@ -178,6 +188,13 @@ class SentinelGroup:
         except OSError:
             return False
         return others.startswith(b"*2") and replicas.startswith(b"*1")
+
+    def wait_replica_in_sync(self) -> None:
+        deadline = time.monotonic() + SENTINEL_SETTLE_S
+        while not self._replica_in_sync():
+            if time.monotonic() > deadline:
+                pytest.fail(f"the replica did not catch up:\n{self.replica.log()}", pytrace=False)
+            time.sleep(0.05)
 
     def _replica_in_sync(self) -> bool:
         try:

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from tests.harness.redis_server import RedisServer
     from tests.harness.redis_topologies import ClusterNodes, TlsRedis
 
-# Loaded as plugins, not imported at run time, so pytest can rewrite their asserts.
-pytest_plugins = ["tests.harness.redis_server", "tests.harness.redis_topologies"]
+# The fixtures come from the plugins the root conftest loads (tests.harness.redis_server and
+# redis_topologies); imported here for types only.
 
 # Generous bounds on waits that poll for a state change; they bound a hang, they do not time it.
 SETTLE_DEADLINE_S = 5.0
@@ -567,6 +567,34 @@ async def test_every_redis_key_has_a_ttl_and_no_raw_input(redis_server: RedisSer
         assert types[b"last_start"] == b"string"
     finally:
         await client.aclose()
+
+
+async def test_a_tls_server_not_trusted_by_the_ca_bundle_fails_closed(redis_tls: TlsRedis) -> None:
+    # No CA bundle: the test CA is not among the default roots, so the handshake is refused.
+    untrusted = RedisBudgetStore(redis_tls.url, namespace="untrusted")
+    try:
+        assert await untrusted.ping() is False
+        error = await denial(reserve(untrusted, limits()))
+        assert error.code is ErrorCode.STORE_UNAVAILABLE
+    finally:
+        await untrusted.close()
+    trusted = RedisBudgetStore(redis_tls.url, namespace="trusted", ca_bundle=str(redis_tls.ca_path))
+    try:
+        assert await trusted.ping() is True
+    finally:
+        await trusted.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:6379", "redis+sentinel://127.0.0.1:26379", "redis://a:1,b:2", "redis+cluster://h:x"],
+    ids=["scheme", "sentinel-without-service", "two-hosts-single", "bad-port"],
+)
+async def test_a_malformed_redis_url_is_invalid_input_at_start(url: str) -> None:
+    with pytest.raises(GatewayError) as caught:
+        open_store(url)
+    assert caught.value.code is ErrorCode.INVALID_INPUT
+    assert "EGRESS_REDIS_URL" in caught.value.message
 
 
 async def test_open_store_without_a_url_is_in_memory() -> None:
