@@ -33,6 +33,7 @@ from gateway.tools.extract.pool import ExtractionPool
 from gateway.tools.fetch import FetchTool, ReaderService
 from gateway.tools.robots import RobotsCache
 from gateway.tools.search.tool import SearchTool
+from gateway.transparent.listener import TransparentListener
 
 log = logging.getLogger("egress_gateway")
 
@@ -66,6 +67,7 @@ class Gateway:
         self._stopped = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
         self.proxy: ProxyServer | None = None
+        self.transparent: TransparentListener | None = None
         self._core_built = False
         # Built in start(): aiodns needs the running loop.
         self.resolver: Resolver
@@ -103,6 +105,7 @@ class Gateway:
         self.build_core()
         self.proxy = ProxyServer(self.core, self.audit)
         await self.proxy.start(self.settings.proxy_listen.host, self.settings.proxy_listen.port)
+        await self._start_interception()
         await self._serve_app(self.tools_api().app(), self.settings.api_listen)
         await self._serve_app(build_admin_app(self.readiness), self.settings.admin_listen)
         self._listeners_bound = True
@@ -114,6 +117,14 @@ class Gateway:
             self.settings.api_listen,
             self.settings.admin_listen,
         )
+
+    async def _start_interception(self) -> None:
+        """The transparent TCP and DNS listeners, when their settings are set (off by default)."""
+        assert self.proxy is not None
+        uids = [uid for uid, _ in self.policy.current.policy.transparent.principals]
+        if self.settings.transparent_listen:
+            self.transparent = TransparentListener(self.core, self.audit, self.proxy.tunnels, None)
+            await self.transparent.start(self.settings.transparent_listen, uids)
 
     def tools_api(self) -> ToolsApi:
         settings = self.settings
@@ -168,6 +179,8 @@ class Gateway:
             task.cancel()
         if not self._core_built:
             return
+        if self.transparent is not None:
+            self.transparent.close()
         if self.proxy is not None:
             await self.proxy.close()
         for runner in reversed(self._runners):
