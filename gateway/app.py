@@ -16,6 +16,8 @@ import signal
 from aiohttp import web
 
 from gateway.budget import BudgetStore, open_store
+from gateway.dnsguard.server import DnsListener
+from gateway.dnsguard.upstream import Upstream
 from gateway.egress.client import GuardedClient
 from gateway.egress.connect import build_ssl_context
 from gateway.egress.resolver import Resolver
@@ -68,6 +70,7 @@ class Gateway:
         self._background: list[asyncio.Task[None]] = []
         self.proxy: ProxyServer | None = None
         self.transparent: TransparentListener | None = None
+        self.dns: DnsListener | None = None
         self._core_built = False
         # Built in start(): aiodns needs the running loop.
         self.resolver: Resolver
@@ -125,6 +128,10 @@ class Gateway:
         if self.settings.transparent_listen:
             self.transparent = TransparentListener(self.core, self.audit, self.proxy.tunnels, None)
             await self.transparent.start(self.settings.transparent_listen, uids)
+        if self.settings.dns_listen:
+            upstream = Upstream(self.settings.nameservers, self.settings.dns_timeout_s)
+            self.dns = DnsListener(self.core, self.audit, upstream)
+            await self.dns.start(self.settings.dns_listen, uids)
 
     def tools_api(self) -> ToolsApi:
         settings = self.settings
@@ -181,6 +188,8 @@ class Gateway:
             return
         if self.transparent is not None:
             self.transparent.close()
+        if self.dns is not None:
+            self.dns.close()
         if self.proxy is not None:
             await self.proxy.close()
         for runner in reversed(self._runners):

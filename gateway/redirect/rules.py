@@ -64,7 +64,9 @@ def render_nft(plan: RedirectPlan) -> str:
     for assignment in _by_uid_first(plan.tcp_ports):
         owner = f"meta skuid {assignment.uid} " if assignment.uid is not None else ""
         nat.append(f"{owner}meta l4proto tcp redirect to :{assignment.port}")
-    filt = [f"meta skuid {uid} accept", 'oifname "lo" accept']
+    # By destination, not `oifname "lo"`: the output device of one hook pass is the one routed before
+    # the nat chain redirected the packet, so a redirected DNS datagram still names the pod's NIC.
+    filt = [f"meta skuid {uid} accept", f"ip daddr {LOOPBACK_V4} accept", f"ip6 daddr {LOOPBACK_V6} accept"]
     if v4:
         filt.append(f"ip daddr {_nft_set(v4)} accept")
     if v6:
@@ -116,7 +118,7 @@ def render_iptables(plan: RedirectPlan, version: int) -> str:
     icmp = "icmp" if version == 4 else "ipv6-icmp"
     filt = [
         f"-A {chain} -m owner --uid-owner {uid} -j ACCEPT",
-        f"-A {chain} -o lo -j ACCEPT",
+        f"-A {chain} -d {loopback} -j ACCEPT",
         *(f"-A {chain} -d {cidr} -j ACCEPT" for cidr in excluded),
         f"-A {chain} -p tcp -j ACCEPT",
         f"-A {chain} -p {icmp} -j ACCEPT",

@@ -19,6 +19,8 @@ from tests.transparent.netns import (
     require_netns,
 )
 
+# Enough A records that the answer does not fit 512 bytes of classic UDP.
+MANY = [f"203.0.113.{i}" for i in range(64, 104)]
 WORLD: dict[str, Any] = {
     "dns_ip": DNS_V4,
     "dns": {
@@ -27,6 +29,7 @@ WORLD: dict[str, Any] = {
         "blocked.example.net": [OTHER_V4],
         "private.example.org": [PRIVATE_V4],
         "mixed.example.org": [ORIGIN_V4, PRIVATE_V4],
+        "many.example.org": MANY,
     },
     "origins": [
         {"ip": ORIGIN_V4, "port": 443, "tls": True, "names": ["docs.example.org"]},
@@ -44,11 +47,11 @@ def transparent_policy(destination: str = "follow-name", **transparent: Any) -> 
         "version": 1,
         "defaults": {
             "ports": [22, 80, 443],
-            "allow_cidrs": [f"{ORIGIN_V4}/32", f"{OTHER_V4}/32", f"{ORIGIN_V6}/128"],
+            "allow_cidrs": [f"{ORIGIN_V4}/32", f"{OTHER_V4}/32", f"{ORIGIN_V6}/128", "203.0.113.64/26"],
         },
         "principals": {
             "default": {"egress": {"allow_domains": ["docs.example.org"]}},
-            "research": {"egress": {"allow_domains": ["docs.example.org", "private.example.org"]}},
+            "research": {"egress": {"allow_domains": ["docs.example.org", "private.example.org", "many.example.org"]}},
             "coder": {"egress": {"allow_domains": ["code.example.net"]}},
         },
         "transparent": {

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+ETC_NETNS = Path("/etc/netns")
 GATEWAY_UID = 15337
 AGENT_UID = 1000
 CODER_UID = 1001
@@ -43,6 +44,24 @@ TRANSPARENT_PORT = 15001
 DNS_PORT = 15053
 READY_TIMEOUT_S = 20.0
 COMMAND_TIMEOUT_S = 30.0
+
+
+DIG = """
+import sys, orjson
+from dnslib import DNSRecord, EDNS0, RCODE
+name, qtype, server, mode = sys.argv[1:5]
+query = DNSRecord.question(name, qtype)
+if mode == "edns":
+    query.add_ar(EDNS0(udp_len=4096))
+try:
+    raw = query.send(server, 53, tcp=mode == "tcp", timeout=5, ipv6=":" in server)
+except Exception as exc:
+    print(orjson.dumps({"error": exc.__class__.__name__}).decode())
+    raise SystemExit(0)
+reply = DNSRecord.parse(raw)
+print(orjson.dumps({"rcode": RCODE[reply.header.rcode], "tc": reply.header.tc,
+                    "answers": sorted(str(rr.rdata) for rr in reply.rr)}).decode())
+"""
 
 
 def _run(argv: Sequence[str], *, check: bool = True, **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -81,6 +100,7 @@ class Topology:
         self.gateway: subprocess.Popen[bytes] | None = None
         self.gateway_dir = self.dir / "gateway"
         self.world_dir = self.dir / "world"
+        self.etc_netns_existed = True
 
     # building ---------------------------------------------------------------------------------
     def build(self) -> Topology:
@@ -111,6 +131,11 @@ class Topology:
         ]
         for argv in commands:
             _run(argv)
+        # `ip netns exec` bind-mounts this over /etc/resolv.conf: the pod's resolver, as in a real
+        # pod, is an address outside it (the internet namespace's DNS); the rules redirect it.
+        self.etc_netns_existed = ETC_NETNS.exists()
+        (ETC_NETNS / pod).mkdir(parents=True)
+        (ETC_NETNS / pod / "resolv.conf").write_text(f"nameserver {DNS_V4}\noptions timeout:2 attempts:1\n")
         return self
 
     def start_world(self, config: Mapping[str, Any]) -> None:
@@ -216,6 +241,12 @@ class Topology:
             "curl", "-sS", "--max-time", "10", "--cacert", str(self.gateway_dir / "test-ca.pem"), *args, uid=uid
         )
 
+    def dig(self, name: str, qtype: str = "A", *, server: str = DNS_V4, mode: str = "udp", uid: int = AGENT_UID) -> Any:
+        """One query from an agent uid, sent to `server` port 53 (the rules redirect it)."""
+        result = self.agent(sys.executable, "-c", DIG, name, qtype, server, mode, uid=uid)
+        assert result.returncode == 0, result.stderr
+        return orjson.loads(result.stdout)
+
     def audit(self) -> list[dict[str, Any]]:
         path = self.gateway_dir / "audit.log"
         return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
@@ -245,6 +276,10 @@ class Topology:
         for ns in (self.pod, self.inet):
             with contextlib.suppress(subprocess.SubprocessError, OSError):
                 _run(["ip", "netns", "del", ns], check=False)
+        shutil.rmtree(ETC_NETNS / self.pod, ignore_errors=True)
+        if not self.etc_netns_existed:
+            with contextlib.suppress(OSError):
+                ETC_NETNS.rmdir()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
-from dnslib import DNSRecord
+from dnslib import QTYPE, DNSRecord
 from dnslib.server import DNSLogger, DNSServer
 
 from tests.harness.certs import TestPKI
@@ -32,7 +32,7 @@ class _LoggingResolver(_ScriptedResolver):
 
     def resolve(self, request: DNSRecord, handler: object) -> DNSRecord:
         with self.log_path.open("a") as log:
-            log.write(f"{str(request.q.qname).rstrip('.').lower()}\n")
+            log.write(f"{str(request.q.qname).rstrip('.').lower()} {QTYPE[request.q.qtype]}\n")
         return super().resolve(request, handler)
 
 
