@@ -36,6 +36,7 @@ class ErrorCode(StrEnum):
     POLICY_CHANGED = "policy_changed"
     DESTINATION_MISMATCH = "destination_mismatch"
     PROTOCOL_UNKNOWN = "protocol_unknown"
+    AUDIT_UNAVAILABLE = "audit_unavailable"
 
 
 HTTP_STATUS: dict[ErrorCode, int] = {
@@ -63,6 +64,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.POLICY_CHANGED: 409,
     ErrorCode.DESTINATION_MISMATCH: 403,
     ErrorCode.PROTOCOL_UNKNOWN: 403,
+    ErrorCode.AUDIT_UNAVAILABLE: 503,
 }
 
 # A retry can succeed without the caller changing anything.
@@ -78,6 +80,7 @@ RETRYABLE: frozenset[ErrorCode] = frozenset(
         ErrorCode.STORE_UNAVAILABLE,
         ErrorCode.POLICY_CHANGED,
         ErrorCode.UPSTREAM_STATUS,
+        ErrorCode.AUDIT_UNAVAILABLE,
     }
 )
 

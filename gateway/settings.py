@@ -83,6 +83,10 @@ class Settings:
     gateway_uid: int = DEFAULT_GATEWAY_UID
     redirect_exclude_cidrs: tuple[str, ...] = ()
     redirect_exclude_ports: tuple[int, ...] = ()
+    audit_on_failure: str = "deny"
+    audit_max_bytes: int = 0
+    audit_keep_files: int = 5
+    audit_aggregate_s: float = 10.0
 
     def __repr__(self) -> str:
         return (
@@ -142,6 +146,25 @@ def _search_settings(env: Mapping[str, str]) -> SearchEngineSettings:
     )
 
 
+def _number(text: str | None, setting: str, default: float, *, integer: bool = False) -> float:
+    if text is None or not text.strip():
+        return default
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} is not a number") from None
+    if value < 0:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} must not be negative")
+    return value
+
+
+def _audit_on_failure(text: str | None) -> str:
+    value = (text or "deny").strip().lower()
+    if value not in {"deny", "allow"}:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"EGRESS_AUDIT_ON_FAILURE: {text!r} is not deny or allow")
+    return value
+
+
 def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None = None) -> Settings:
     """Build Settings from the environment, then flags (which win). Raises invalid_input."""
     flags = flags or {}
@@ -180,4 +203,8 @@ def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None
         ),
         dns_listen=parse_listen_list(pick("dns_listen", "EGRESS_DNS_LISTEN"), "EGRESS_DNS_LISTEN"),
         **_redirect_settings(pick),
+        audit_on_failure=_audit_on_failure(pick("audit_on_failure", "EGRESS_AUDIT_ON_FAILURE")),
+        audit_max_bytes=int(_number(env.get("EGRESS_AUDIT_MAX_BYTES"), "EGRESS_AUDIT_MAX_BYTES", 0, integer=True)),
+        audit_keep_files=int(_number(env.get("EGRESS_AUDIT_KEEP_FILES"), "EGRESS_AUDIT_KEEP_FILES", 5, integer=True)),
+        audit_aggregate_s=_number(env.get("EGRESS_AUDIT_AGGREGATE_S"), "EGRESS_AUDIT_AGGREGATE_S", 10.0),
     )
