@@ -123,17 +123,18 @@ class DnsListener:
         started: float,
     ) -> None:
         metrics.DNS_QUERIES.labels(decision, qtype if qtype in KNOWN_QUERY_TYPES else "OTHER").inc()
-        self.audit.write(
-            "dns",
+        # A query the upstream failed is the policy's allow with the failure as the outcome.
+        self.audit.decision(
             kind="dns",
             principal=principal,
             host=name or None,
-            qtype=qtype or None,
-            decision=decision,
+            port=None,
+            decision="deny" if decision == "error" else decision,
             code=code,
             reason=reason or None,
-            answers=answers,
             generation=generation,
+            qtype=qtype or None,
+            answers=answers,
             duration_s=round((time.perf_counter() - started) * 1e6) / 1e6,
         )
 

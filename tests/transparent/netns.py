@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,11 @@ reply = DNSRecord.parse(raw)
 print(orjson.dumps({"rcode": RCODE[reply.header.rcode], "tc": reply.header.tc,
                     "answers": sorted(str(rr.rdata) for rr in reply.rr)}).decode())
 """
+
+
+def line_time(line: Mapping[str, Any]) -> float:
+    """An audit line's `time` (RFC 3339 UTC) as Unix time."""
+    return datetime.fromisoformat(str(line["time"]).replace("Z", "+00:00")).timestamp()
 
 
 def _run(argv: Sequence[str], *, check: bool = True, **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -258,6 +264,11 @@ class Topology:
             time.sleep(0.02)
             lines = self.audit()
         return lines
+
+    def schema_errors(self) -> list[str]:
+        from tests.harness.audit_schema import file_errors  # noqa: PLC0415
+
+        return file_errors(self.gateway_dir / "audit.log")
 
     def world_log(self, name: str) -> str:
         path = self.world_dir / name

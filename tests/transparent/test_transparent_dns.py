@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 
 from tests.transparent.conftest import MANY
-from tests.transparent.netns import AGENT_UID, CODER_UID, DNS_V4, INET_V6, ORIGIN_V4, ORIGIN_V6, Topology
+from tests.transparent.netns import AGENT_UID, CODER_UID, DNS_V4, INET_V6, ORIGIN_V4, ORIGIN_V6, Topology, line_time
 
 
 def _dns_lines(pod: Topology, name: str) -> list[dict[str, object]]:
-    lines = pod.wait_audit(lambda line: line.get("event") == "dns" and line.get("host") == name)
-    return [line for line in lines if line.get("event") == "dns" and line.get("host") == name]
+    lines = pod.wait_audit(lambda line: line.get("kind") == "dns" and line.get("host") == name)
+    return [line for line in lines if line.get("kind") == "dns" and line.get("host") == name]
 
 
 def test_an_allowed_name_resolves_through_the_listener(pod: Topology) -> None:
@@ -79,9 +79,9 @@ def test_curl_with_only_the_pods_resolver_goes_through_both_listeners(pod: Topol
     result = pod.curl("-4", "https://docs.example.org/")
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"origin={ORIGIN_V4} host=docs.example.org\n"
-    lines = pod.wait_audit(lambda line: line.get("kind") == "transparent" and float(line["ts"]) >= started)
-    recent = [line for line in lines if float(str(line["ts"])) >= started]
-    assert any(line.get("event") == "dns" and line.get("host") == "docs.example.org" for line in recent)
+    lines = pod.wait_audit(lambda line: line.get("kind") == "transparent" and line_time(line) >= started)
+    recent = [line for line in lines if line_time(line) >= started]
+    assert any(line.get("kind") == "dns" and line.get("host") == "docs.example.org" for line in recent)
     assert any(line.get("kind") == "transparent" and line.get("decision") == "allow" for line in recent)
 
 
@@ -90,3 +90,8 @@ def test_the_dns_server_is_reachable_only_through_the_listener(pod: Topology) ->
     # listener, so the denied name never reaches the upstream.
     assert pod.dig("exfil.attacker.example", server=DNS_V4)["rcode"] == "NXDOMAIN"
     assert "exfil" not in pod.world_log("dns.log")
+
+
+def test_every_audit_line_matches_the_schema(pod: Topology) -> None:
+    assert pod.audit()
+    assert pod.schema_errors() == []

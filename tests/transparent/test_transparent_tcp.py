@@ -8,7 +8,7 @@ import sys
 import time
 
 from tests.transparent.conftest import transparent_policy
-from tests.transparent.netns import CODER_UID, GATEWAY_UID, ORIGIN_V4, ORIGIN_V6, OTHER_V4, Topology
+from tests.transparent.netns import CODER_UID, GATEWAY_UID, ORIGIN_V4, ORIGIN_V6, OTHER_V4, Topology, line_time
 
 RAW_CLIENT = (
     "import socket,sys\n"
@@ -114,7 +114,7 @@ def test_the_gateways_own_traffic_is_not_looped(pod: Topology) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"origin={ORIGIN_V4} host=docs.example.org\n"
     time.sleep(0.1)  # an audit line would be written within the 10 ms flush interval
-    assert [line for line in _transparent(pod.audit()) if float(str(line["ts"])) >= started] == []
+    assert [line for line in _transparent(pod.audit()) if line_time(line) >= started] == []
 
 
 def test_udp_other_than_dns_cannot_leave_the_pod(pod: Topology) -> None:
@@ -151,3 +151,8 @@ def test_strict_destination_refuses_an_address_that_is_not_the_names(pod: Topolo
     finally:
         pod.write_policy(transparent_policy())
         pod.gateway.send_signal(signal.SIGHUP)
+
+
+def test_every_audit_line_matches_the_schema(pod: Topology) -> None:
+    assert pod.audit()
+    assert pod.schema_errors() == []
