@@ -7,7 +7,7 @@ documentation addresses that the policy allows by exception. The pod's only rout
 internet namespace, which has no route at all: nothing can leave the machine.
 
 Where the kernel or the user cannot make namespaces, `require_netns` skips with the reason, or
-fails when EGRESS_REQUIRE_NETNS=1 (set by .ci/run: CI has root and must run these tests).
+fails when NETNS_TESTS_REQUIRED=1 (set by .ci/run: CI has root and must run these tests).
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ def require_netns() -> None:
             problems.append(f"the kernel refused a network namespace with nftables: {probe.stderr.strip()}")
     if problems:
         reason = "; ".join(problems)
-        if os.environ.get("EGRESS_REQUIRE_NETNS") == "1":
-            pytest.fail(f"netns tests must run here (EGRESS_REQUIRE_NETNS=1) but cannot: {reason}")
+        if os.environ.get("NETNS_TESTS_REQUIRED") == "1":
+            pytest.fail(f"netns tests must run here (NETNS_TESTS_REQUIRED=1) but cannot: {reason}")
         pytest.skip(reason)
 
 
