@@ -197,7 +197,8 @@ class Gateway:
             f"egress-gateway {__version__} serving: policy {settings.policy_path} generation {loaded.generation} "
             f"sha256 {self.policy_sha256[:16]}, mode {policy.defaults.mode}, "
             f"principals {', '.join(sorted(policy.principals)) or 'none'}; "
-            f"proxy {settings.proxy_listen}, api {settings.api_listen}, admin {settings.admin_listen}; "
+            f"proxy {settings.proxy_listen}, api {settings.api_listen}, admin {settings.admin_listen}"
+            f"{_interception_summary(settings)}; "
             f"engines {', '.join(enabled) or 'none'}; skipped {', '.join(skipped) or 'none'}; "
             f"store {redact_url(settings.redis_url) if settings.redis_url else 'memory'}; "
             f"CA bundle certifi{' + ' + settings.ca_bundle if settings.ca_bundle else ''}; "
@@ -289,6 +290,12 @@ class Gateway:
         await self.resolver.close()
         self.extraction.close()
         self.audit.close()
+
+
+def _interception_summary(settings: Settings) -> str:
+    transparent = ", ".join(str(listen) for listen in settings.transparent_listen)
+    dns = ", ".join(str(listen) for listen in settings.dns_listen)
+    return (f", transparent {transparent}" if transparent else "") + (f", dns {dns}" if dns else "")
 
 
 def run_daemon(settings: Settings) -> None:

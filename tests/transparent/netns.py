@@ -198,7 +198,7 @@ class Topology:
                 stderr=stderr,
             )
         _wait_for(
-            lambda: "egress-gateway listening" in (self.dir / "gateway-stderr.log").read_text(errors="replace"),
+            lambda: " serving: policy " in (self.dir / "gateway-stderr.log").read_text(errors="replace"),
             "gateway",
             self.gateway,
             self.dir / "gateway-stderr.log",
