@@ -33,14 +33,14 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.budget import BudgetStore, MemoryBudgetStore, RedisBudgetStore  # noqa: E402
-from gateway.policy.model import ToolLimits  # noqa: E402
-from tests.harness.certs import TestPKI  # noqa: E402
-from tests.harness.dns import FakeDNS  # noqa: E402
-from tests.harness.gateway import GatewayProcess, policy_document  # noqa: E402
-from tests.harness.origins import HarnessLoop, OriginFactory  # noqa: E402
-from tests.harness.redis_server import RedisServer  # noqa: E402
-from tests.harness.run_tokens import SECRET_ENV, TEST_ORCHESTRATORS, run_token  # noqa: E402
+from gateway.budget import BudgetStore, MemoryBudgetStore, RedisBudgetStore
+from gateway.policy.model import ToolLimits
+from tests.harness.certs import TestPKI
+from tests.harness.dns import FakeDNS
+from tests.harness.gateway import GatewayProcess, policy_document
+from tests.harness.origins import HarnessLoop, OriginFactory
+from tests.harness.redis_server import RedisServer
+from tests.harness.run_tokens import SECRET_ENV, TEST_ORCHESTRATORS, run_token
 
 ARTICLE = (
     "<html><head><title>Bench</title></head><body><article><h1>Bench</h1>"
@@ -182,9 +182,7 @@ def main() -> int:
                 try:
                     asyncio.run(drive(gateway, origin.url("/article"), 100, concurrency))  # warm-up
                     cpu_before = cpu_seconds(gateway.pid)
-                    failed, seconds, latencies = asyncio.run(
-                        drive(gateway, origin.url("/article"), calls, concurrency)
-                    )
+                    failed, seconds, latencies = asyncio.run(drive(gateway, origin.url("/article"), calls, concurrency))
                     cpu = cpu_seconds(gateway.pid) - cpu_before
                     runs.append(Run(store, calls, failed, seconds, latencies, cpu))
                 finally:

@@ -63,6 +63,7 @@ POLICY_CODES: frozenset[str] = frozenset(
         ErrorCode.AUDIT_UNAVAILABLE,
         ErrorCode.INVALID_RUN_TOKEN,
         "destination_mismatch",
+        "protocol_unknown",
     }
 )
 # What happened after the verdict, by error code (anything unlisted is `error`).
