@@ -53,11 +53,11 @@ STORE_PING_INTERVAL_S = 2.0
 def redact_url(url: str) -> str:
     """A URL without its user and password (a Redis URL's credentials never reach a log)."""
     parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
+    # Split by hand: a Sentinel or Cluster URL lists several host:port, which `parts.port` refuses.
+    _, at, hosts = parts.netloc.rpartition("@")
+    if not at:
         return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, f"***@{netloc}", parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, f"***@{hosts}", parts.path, parts.query, parts.fragment))
 
 
 def policy_file_sha256(path: str) -> str:
