@@ -34,5 +34,5 @@ def test_an_untrusted_ca_names_egress_ca_bundle_and_is_not_retryable(
     assert "docs.example.org" in error["message"]
     assert "EGRESS_CA_BUNDLE" in error["message"]
     assert error["retryable"] is False
-    line = gateway.wait_audit(lambda lines: bool(lines))[-1]
+    line = gateway.wait_audit(bool)[-1]
     assert (line["decision"], line["outcome"], line["code"]) == ("allow", "connect_error", "connect_failure")
