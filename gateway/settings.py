@@ -98,6 +98,7 @@ class Settings:
     audit_max_bytes: int = 0
     audit_keep_files: int = 5
     audit_aggregate_s: float = 10.0
+    audit_http_paths: bool = True
 
     def __repr__(self) -> str:
         return (
@@ -178,6 +179,18 @@ def _run_token_secret(text: str | None) -> str | None:
     return text
 
 
+DEFAULT_POLICY = "policies/default.yaml"
+# The source tree's copy, for a command run from another directory (`.venv/bin/egress-gateway check`).
+_SOURCE_POLICY = Path(__file__).resolve().parent.parent / DEFAULT_POLICY
+
+
+def default_policy_path() -> str:
+    """`policies/default.yaml` of the working directory, else of the source tree it runs from."""
+    if not Path(DEFAULT_POLICY).exists() and _SOURCE_POLICY.exists():
+        return str(_SOURCE_POLICY)
+    return DEFAULT_POLICY
+
+
 def _number(text: str | None, setting: str, default: float, *, integer: bool = False) -> float:
     if text is None or not text.strip():
         return default
@@ -188,6 +201,17 @@ def _number(text: str | None, setting: str, default: float, *, integer: bool = F
     if value < 0:
         raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} must not be negative")
     return value
+
+
+def _switch(text: str | None, setting: str, *, default: bool) -> bool:
+    if text is None or not text.strip():
+        return default
+    value = text.strip().lower()
+    if value in {"on", "true", "yes", "1"}:
+        return True
+    if value in {"off", "false", "no", "0"}:
+        return False
+    raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} is not on or off")
 
 
 def _audit_on_failure(text: str | None) -> str:
@@ -337,7 +361,7 @@ def _build(env: Mapping[str, str], flags: Mapping[str, str | None]) -> Settings:
             ErrorCode.INVALID_INPUT, f"EGRESS_LOG_LEVEL: {log_level!r} is not debug, info, warning or error"
         )
     return Settings(
-        policy_path=pick("policy", "EGRESS_POLICY", "policies/default.yaml") or "policies/default.yaml",
+        policy_path=pick("policy", "EGRESS_POLICY") or default_policy_path(),
         proxy_listen=parse_listen(
             pick("proxy_listen", "EGRESS_PROXY_LISTEN", "127.0.0.1:3128") or "", "EGRESS_PROXY_LISTEN"
         ),
@@ -366,4 +390,5 @@ def _build(env: Mapping[str, str], flags: Mapping[str, str | None]) -> Settings:
         audit_max_bytes=int(_number(env.get("EGRESS_AUDIT_MAX_BYTES"), "EGRESS_AUDIT_MAX_BYTES", 0, integer=True)),
         audit_keep_files=int(_number(env.get("EGRESS_AUDIT_KEEP_FILES"), "EGRESS_AUDIT_KEEP_FILES", 5, integer=True)),
         audit_aggregate_s=_number(env.get("EGRESS_AUDIT_AGGREGATE_S"), "EGRESS_AUDIT_AGGREGATE_S", 10.0),
+        audit_http_paths=_switch(env.get("EGRESS_AUDIT_HTTP_PATHS"), "EGRESS_AUDIT_HTTP_PATHS", default=True),
     )
