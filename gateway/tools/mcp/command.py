@@ -9,6 +9,7 @@ stdout by default is moved to stderr here.
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -53,13 +54,15 @@ async def serve_stdio(settings: Settings, principal_name: str | None) -> int:
         if principal is None:
             raise GatewayError(ErrorCode.AUTH_REQUIRED, f"no principal {principal_name or 'default'!r} in the policy")
         tools: frozenset[Tool] = frozenset(t for t in ("search", "fetch") if getattr(principal.tools, t))
+        # One stdio process is one agent session: its run budget applies unless _meta names a run.
+        session_run = f"stdio-{secrets.token_hex(8)}"
 
         async def run(tool: Tool, arguments: object, meta: Mapping[str, Any]) -> dict[str, Any]:
             run_id, step_id = meta.get(RUN_META_KEY), meta.get(STEP_META_KEY)
             context = CallContext(
                 principal,
                 gateway.policy.current,
-                parse_budget_id(run_id, "_meta run") if isinstance(run_id, str) else None,
+                parse_budget_id(run_id, "_meta run") if isinstance(run_id, str) else session_run,
                 parse_budget_id(step_id, "_meta step") if isinstance(step_id, str) else None,
             )
             return await api.call_tool(tool, context, arguments)
