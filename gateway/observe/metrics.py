@@ -138,3 +138,14 @@ EVENT_LOOP_STALL_SECONDS = Histogram(
     buckets=_LATENCY_BUCKETS_S,
     registry=REGISTRY,
 )
+OPEN_FILES_LIMIT = Gauge(
+    "egress_gateway_open_files_limit",
+    "The process's open-files soft limit (RLIMIT_NOFILE) after start raised it to the hard limit.",
+    registry=REGISTRY,
+)
+LISTENER_REFUSED = Counter(
+    "egress_gateway_listener_connections_refused_total",
+    "Connections closed at accept because the listener (api, admin) was at its connection cap.",
+    ["listener"],
+    registry=REGISTRY,
+)

@@ -256,6 +256,11 @@ async def read_body(request: web.Request) -> bytes:
         ) from None
     except TimeoutError:
         raise GatewayError(ErrorCode.TIMEOUT, f"the request body did not arrive within {BODY_TIMEOUT_S:g} s") from None
+    except ConnectionError:
+        # The client reset mid-body: nobody will read the answer, and it is no server fault to log.
+        raise GatewayError(
+            ErrorCode.INVALID_INPUT, "the client closed the connection before the body arrived"
+        ) from None
 
 
 async def _plain_server_header(_: web.Request, response: web.StreamResponse) -> None:
