@@ -151,10 +151,8 @@ def test_a_client_reset_mid_request_leaves_no_traceback(gateway: LimitedGateway,
         reset(sock)
     # A reset while the tool call is still running (the origin answers after 3 s).
     body = b'{"url": "' + site.url("/page").encode() + b'"}'
-    for path, payload in (
-        ("/v1/fetch", body),
-        ("/mcp", b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"web_fetch","arguments":' + body + b"}}"),
-    ):
+    call = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"web_fetch","arguments":' + body + b"}}"
+    for path, payload in (("/v1/fetch", body), ("/mcp", call)):
         sock = connect(gateway.api_port)
         sock.sendall(head.format(path=path, length=len(payload)).encode() + payload)
         time.sleep(0.5)
