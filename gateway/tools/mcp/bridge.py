@@ -14,9 +14,13 @@ from typing import Any
 
 import aiohttp
 import orjson
-from mcp.shared.inbound import NAME_BEARING_METHODS, encode_header_value
-from mcp_types import INTERNAL_ERROR, PROTOCOL_VERSION_META_KEY
 
+from gateway.tools.mcp.envelope import (
+    INTERNAL_ERROR,
+    NAME_BEARING_METHODS,
+    PROTOCOL_VERSION_META_KEY,
+    encode_header_value,
+)
 from gateway.tools.mcp.protocol import MODERN_VERSIONS, error_object
 from gateway.tools.mcp.stdio import LineHandler
 

@@ -18,22 +18,19 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import yarl
 from aiohttp import web
-from mcp.shared.inbound import (
-    ERROR_CODE_HTTP_STATUS,
-    InboundLadderRejection,
-    classify_inbound_request,
-    find_duplicated_routing_header,
-)
-from mcp_types import (
+
+from gateway.errors import GatewayError
+from gateway.tools.call_guard import CallContext, parse_budget_id
+from gateway.tools.mcp.envelope import (
+    ERROR_HTTP_STATUS,
     HEADER_MISMATCH,
     INVALID_REQUEST,
     PARSE_ERROR,
     PROTOCOL_VERSION_META_KEY,
-    UNSUPPORTED_PROTOCOL_VERSION,
+    check_envelope_2026,
+    duplicated_routing_header,
+    unsupported_version,
 )
-
-from gateway.errors import GatewayError
-from gateway.tools.call_guard import CallContext, parse_budget_id
 from gateway.tools.mcp.protocol import (
     HANDSHAKE_VERSIONS,
     MODERN_VERSIONS,
@@ -169,13 +166,8 @@ class McpHttpEndpoint:
         if header_version in MODERN_VERSIONS or (header_version is None and body_version in MODERN_VERSIONS):
             return await self._modern(request, message, self._caller(context))
         if header_version is not None and header_version not in HANDSHAKE_VERSIONS:
-            return _rpc_error(
-                400,
-                UNSUPPORTED_PROTOCOL_VERSION,
-                f"Unsupported MCP-Protocol-Version {header_version[:40]!r}",
-                message.get("id"),
-                {"supported": [*HANDSHAKE_VERSIONS, *MODERN_VERSIONS], "requested": header_version[:40]},
-            )
+            rejection = unsupported_version(header_version[:40], (*HANDSHAKE_VERSIONS, *MODERN_VERSIONS))
+            return _rpc_error(400, rejection.code, rejection.message, message.get("id"), rejection.data)
         if is_notification(message):
             return web.Response(status=202)
         return _rpc_response(await answer(self._caller(context), message, modern=False))
@@ -185,17 +177,17 @@ class McpHttpEndpoint:
             # 2026-07-28 defines no client-to-server notifications over HTTP: acknowledged, dropped.
             return web.Response(status=202)
         request_id = message["id"]
-        duplicated = find_duplicated_routing_header(
+        duplicated = duplicated_routing_header(
             (name.decode("latin-1"), value.decode("latin-1")) for name, value in request.raw_headers
         )
         if duplicated is not None:
             return _rpc_error(400, HEADER_MISMATCH, f"{duplicated} header appears more than once", request_id)
         headers = {name.lower(): value for name, value in request.headers.items()}
-        verdict = classify_inbound_request(message, headers=headers, supported_modern_versions=MODERN_VERSIONS)
-        if isinstance(verdict, InboundLadderRejection):
-            status = ERROR_CODE_HTTP_STATUS.get(verdict.code, 400)
-            return _rpc_error(status, verdict.code, verdict.message, request_id, verdict.data)
+        rejection = check_envelope_2026(message, headers, MODERN_VERSIONS)
+        if rejection is not None:
+            status = ERROR_HTTP_STATUS.get(rejection.code, 400)
+            return _rpc_error(status, rejection.code, rejection.message, request_id, rejection.data)
         response = await answer(caller, message, modern=True)
         error = response.get("error")
-        status = ERROR_CODE_HTTP_STATUS.get(error["code"], 200) if error else 200
+        status = ERROR_HTTP_STATUS.get(error["code"], 200) if error else 200
         return _rpc_response(response, status)

@@ -12,14 +12,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_types import (
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    SERVER_INFO_META_KEY,
-)
-
 from gateway.errors import GatewayError
+from gateway.tools.mcp.envelope import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, SERVER_INFO_META_KEY
 from gateway.tools.mcp.results import tool_error, tool_result
 from gateway.tools.schemas import TOOL_SPECS, Tool, mcp_tool
 

@@ -15,10 +15,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
-from mcp_types import INVALID_REQUEST, PARSE_ERROR, PROTOCOL_VERSION_META_KEY
 
 from gateway.tasks import spawn
+from gateway.tools.mcp.envelope import INVALID_REQUEST, PARSE_ERROR, PROTOCOL_VERSION_META_KEY, check_envelope_2026
 from gateway.tools.mcp.protocol import (
     MODERN_VERSIONS,
     JsonRpcError,
@@ -61,9 +60,9 @@ def line_handler(caller: McpCaller) -> LineHandler:
             return None
         modern = _is_modern(message)
         if modern:
-            verdict = classify_inbound_request(message, headers=None, supported_modern_versions=MODERN_VERSIONS)
-            if isinstance(verdict, InboundLadderRejection):
-                return error_object(message["id"], verdict.code, verdict.message, verdict.data)
+            rejection = check_envelope_2026(message, None, MODERN_VERSIONS)
+            if rejection is not None:
+                return error_object(message["id"], rejection.code, rejection.message, rejection.data)
         return await answer(caller, message, modern=modern)
 
     return handle
