@@ -74,6 +74,10 @@ class Settings:
     search: SearchEngineSettings = field(default_factory=SearchEngineSettings)
     fetch_reader_url: str | None = None
     fetch_reader_key: str | None = None
+    audit_on_failure: str = "deny"
+    audit_max_bytes: int = 0
+    audit_keep_files: int = 5
+    audit_aggregate_s: float = 10.0
 
     def __repr__(self) -> str:
         return (
@@ -105,6 +109,25 @@ def _search_settings(env: Mapping[str, str]) -> SearchEngineSettings:
         template_url=env.get("EGRESS_SEARCH_URL") or None,
         template_key=env.get("EGRESS_SEARCH_KEY") or None,
     )
+
+
+def _number(text: str | None, setting: str, default: float, *, integer: bool = False) -> float:
+    if text is None or not text.strip():
+        return default
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} is not a number") from None
+    if value < 0:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} must not be negative")
+    return value
+
+
+def _audit_on_failure(text: str | None) -> str:
+    value = (text or "deny").strip().lower()
+    if value not in {"deny", "allow"}:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"EGRESS_AUDIT_ON_FAILURE: {text!r} is not deny or allow")
+    return value
 
 
 def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None = None) -> Settings:
@@ -140,4 +163,8 @@ def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None
         search=_search_settings(env),
         fetch_reader_url=env.get("EGRESS_FETCH_READER_URL") or None,
         fetch_reader_key=env.get("EGRESS_FETCH_READER_KEY") or None,
+        audit_on_failure=_audit_on_failure(pick("audit_on_failure", "EGRESS_AUDIT_ON_FAILURE")),
+        audit_max_bytes=int(_number(env.get("EGRESS_AUDIT_MAX_BYTES"), "EGRESS_AUDIT_MAX_BYTES", 0, integer=True)),
+        audit_keep_files=int(_number(env.get("EGRESS_AUDIT_KEEP_FILES"), "EGRESS_AUDIT_KEEP_FILES", 5, integer=True)),
+        audit_aggregate_s=_number(env.get("EGRESS_AUDIT_AGGREGATE_S"), "EGRESS_AUDIT_AGGREGATE_S", 10.0),
     )

@@ -12,10 +12,12 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gateway.tools.extract.render_options import LINK_STYLES, OUTPUT_FORMATS
+
 Tool = Literal["search", "fetch"]
 ToolFormat = Literal["openai", "anthropic", "mcp"]
 
-FETCH_MIN_MAX_CHARS, FETCH_MAX_MAX_CHARS, FETCH_DEFAULT_MAX_CHARS = 1_000, 32_000, 16_000
+FETCH_MIN_MAX_CHARS, FETCH_MAX_MAX_CHARS, FETCH_DEFAULT_MAX_CHARS = 100, 32_000, 16_000
 FETCH_MAX_OFFSET = 10_000_000
 SHA256_HEX_PATTERN = "^[0-9a-fA-F]{64}$"
 
@@ -50,14 +52,26 @@ FETCH_ARGUMENTS: dict[str, Any] = {
         "expectedHash": {
             "type": "string",
             "pattern": SHA256_HEX_PATTERN,
-            "description": "The contentHash of the earlier call; required when offset > 0.",
+            "description": (
+                "The contentHash of the earlier call: the continuation is refused (content_changed) "
+                "if the page changed. Without it, the result's contentChanged says whether it did."
+            ),
+        },
+        "format": {
+            "type": "string",
+            "enum": list(OUTPUT_FORMATS),
+            "default": OUTPUT_FORMATS[0],
+            "description": "markdown (headings, lists, links, tables), text (no markup) or html (cleaned).",
+        },
+        "links": {
+            "type": "string",
+            "enum": list(LINK_STYLES),
+            "default": LINK_STYLES[0],
+            "description": "Links inline, as numbered references at the end, or none (words only).",
         },
     },
     "required": ["url"],
     "additionalProperties": False,
-    # Continuation is only meaningful against the same text: offset > 0 needs the earlier hash.
-    "if": {"properties": {"offset": {"minimum": 1}}, "required": ["offset"]},
-    "then": {"required": ["expectedHash"]},
 }
 
 SEARCH_ARGUMENTS: dict[str, Any] = {
@@ -115,6 +129,7 @@ FETCH_RESULT: dict[str, Any] = {
         "totalChars": {"type": "integer", "minimum": 0},
         "truncated": {"type": "boolean"},
         "sourceTruncated": {"type": "boolean"},
+        "contentChanged": {"type": ["boolean", "null"]},
         "links": {
             "type": "array",
             "items": {
@@ -210,7 +225,8 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
             f"boilerplate; plain text and JSON pass through). At most maxChars ({FETCH_MIN_MAX_CHARS}-"
             f"{FETCH_MAX_MAX_CHARS}) characters come back per call; when the page is longer the result "
             "says so: call again with offset set to nextOffset and expectedHash set to contentHash to "
-            "read on. Private and internal addresses, credentials in URLs, binary files and bot-challenge "
+            "read on. format and links choose markdown, text or html and how links are written. "
+            "Private and internal addresses, credentials in URLs, binary files and bot-challenge "
             f"pages are refused. {_UNTRUSTED}"
         ),
         arguments=FETCH_ARGUMENTS,

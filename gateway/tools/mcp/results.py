@@ -27,7 +27,7 @@ NEXT_STEP: dict[ErrorCode, str] = {
     ErrorCode.ROBOTS_DISALLOWED: "the site does not allow this page to be fetched; use another source",
     ErrorCode.UPSTREAM_STATUS: "the site answered with an error; check the URL or retry later",
     ErrorCode.TIMEOUT: "the site was too slow; retry once or use another source",
-    ErrorCode.CONTENT_CHANGED: "the page changed; fetch it again from offset 0 without expectedHash",
+    ErrorCode.CONTENT_CHANGED: "the page changed; fetch it again from offset 0",
     ErrorCode.QUOTA_EXHAUSTED: "the budget for this run or step is spent; work with what you have",
     ErrorCode.CONCURRENCY_LIMITED: "wait for your other calls to finish, then retry",
     ErrorCode.COOLDOWN: "wait the retry-after time, then retry",
