@@ -181,10 +181,13 @@ class ToolsApi:
         # A tool answer never leaves before its audit line is written.
         self._audit.flush()
 
-    async def call_tool(self, tool: Tool, context: CallContext, payload: Any) -> dict[str, Any]:
+    async def call_tool(
+        self, tool: Tool, context: CallContext, payload: Any, request: web.Request | None = None
+    ) -> dict[str, Any]:
         """One audited tool call for a context already authenticated (MCP over HTTP and stdio)."""
         started = time.perf_counter()
-        audit: dict[str, Any] = {}
+        audit: dict[str, Any] = _request_fields(request) if request is not None else {}
+        audit.update(run=context.run_id, step=context.step_id)
         name, generation = context.principal.name, context.loaded.generation
         try:
             result = await self.invoke(tool, context, payload, audit)

@@ -113,7 +113,7 @@ class McpHttpEndpoint:
             {"Allow": "POST"},
         )
 
-    def _caller(self, context: CallContext) -> McpCaller:
+    def _caller(self, context: CallContext, request: web.Request) -> McpCaller:
         tools: frozenset[Tool] = frozenset(t for t in ("search", "fetch") if getattr(context.principal.tools, t))
 
         async def run(tool: Tool, arguments: Any, meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -125,7 +125,7 @@ class McpHttpEndpoint:
                 run_id=parse_budget_id(run_id, "_meta run") if isinstance(run_id, str) else context.run_id,
                 step_id=parse_budget_id(step_id, "_meta step") if isinstance(step_id, str) else context.step_id,
             )
-            return await self._api.call_tool(tool, call_context, arguments)
+            return await self._api.call_tool(tool, call_context, arguments, request)
 
         return McpCaller(tools=tools, run=run)
 
@@ -164,13 +164,13 @@ class McpHttpEndpoint:
         header_version = request.headers.get("MCP-Protocol-Version")
         body_version = _body_version(message)
         if header_version in MODERN_VERSIONS or (header_version is None and body_version in MODERN_VERSIONS):
-            return await self._modern(request, message, self._caller(context))
+            return await self._modern(request, message, self._caller(context, request))
         if header_version is not None and header_version not in HANDSHAKE_VERSIONS:
             rejection = unsupported_version(header_version[:40], (*HANDSHAKE_VERSIONS, *MODERN_VERSIONS))
             return _rpc_error(400, rejection.code, rejection.message, message.get("id"), rejection.data)
         if is_notification(message):
             return web.Response(status=202)
-        return _rpc_response(await answer(self._caller(context), message, modern=False))
+        return _rpc_response(await answer(self._caller(context, request), message, modern=False))
 
     async def _modern(self, request: web.Request, message: dict[str, Any], caller: McpCaller) -> web.Response:
         if is_notification(message):
