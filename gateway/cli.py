@@ -13,13 +13,14 @@ import secrets
 import sys
 from collections.abc import Sequence
 
-from gateway import commands
+from gateway import __version__, commands
 from gateway.commands import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from gateway.errors import GatewayError
-from gateway.settings import Settings, load_settings
+from gateway.settings import Settings, load_settings, read_settings_file
 
 
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML or TOML settings file; env and flags win over it (env EGRESS_CONFIG)")
     parser.add_argument("--policy", help="policy file (env EGRESS_POLICY)")
     parser.add_argument("--proxy-listen", dest="proxy_listen", help="proxy IP:PORT (env EGRESS_PROXY_LISTEN)")
     parser.add_argument("--api-listen", dest="api_listen", help="tools API IP:PORT (env EGRESS_API_LISTEN)")
@@ -33,6 +34,7 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="egress-gateway", description="The egress gateway for AI agents.")
+    parser.add_argument("--version", action="version", version=f"egress-gateway {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the daemon (proxy, tools API, admin)")
@@ -67,6 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     tools = commands.add_parser("tools", help="print the tool definitions for function calling")
     tools.add_argument("--format", choices=("openai", "anthropic", "mcp"), default="openai")
+
+    redirect = commands.add_parser("redirect", help="render, apply or remove the pod's interception rules")
+    action = redirect.add_mutually_exclusive_group(required=True)
+    for name in ("print", "apply", "remove"):
+        action.add_argument(f"--{name}", dest="action", action="store_const", const=name)
+    redirect.add_argument("--backend", choices=("nftables", "iptables"), default="nftables")
+    redirect.add_argument("--policy", help="policy file, for transparent.principals (env EGRESS_POLICY)")
+    redirect.add_argument("--transparent-listen", dest="transparent_listen", help="env EGRESS_TRANSPARENT_LISTEN")
+    redirect.add_argument("--dns-listen", dest="dns_listen", help="env EGRESS_DNS_LISTEN")
+    redirect.add_argument("--gateway-uid", dest="gateway_uid", help="exempt uid (env EGRESS_GATEWAY_UID)")
+    redirect.add_argument("--exclude-cidrs", dest="exclude_cidrs", help="env EGRESS_REDIRECT_EXCLUDE_CIDRS")
+    redirect.add_argument("--exclude-ports", dest="exclude_ports", help="env EGRESS_REDIRECT_EXCLUDE_PORTS")
     return parser
 
 
@@ -84,9 +98,16 @@ def _settings_from(args: argparse.Namespace) -> Settings:
             "redis_url",
             "audit_log",
             "log_level",
+            "transparent_listen",
+            "dns_listen",
+            "gateway_uid",
+            "exclude_cidrs",
+            "exclude_ports",
         )
     }
-    return load_settings(os.environ, flags)
+    config = getattr(args, "config", None) or os.environ.get("EGRESS_CONFIG")
+    settings_file = read_settings_file(config) if config else None
+    return load_settings(os.environ, flags, settings_file=settings_file)
 
 
 def _policy_lint(path: str) -> int:
@@ -143,6 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.connect:
             return asyncio.run(mcp_command.bridge_stdio(args.connect, args.token))
         return asyncio.run(mcp_command.serve_stdio(settings, args.principal))
+    if args.command == "redirect":
+        return commands.redirect(settings, args.action, args.backend)
     if args.command == "fetch":
         return asyncio.run(commands.fetch_once(settings, args.url, args.max_chars))
     return asyncio.run(commands.search_once(settings, args.query, args.max_results))

@@ -43,11 +43,12 @@ def serve(settings: Settings) -> int:
 
 async def check(settings: Settings, url: str, principal_name: str | None) -> int:
     """Resolve and decide without connecting; one JSON object on stdout."""
+    from gateway.egress.own_addresses import own_addresses  # noqa: PLC0415
     from gateway.egress.resolver import Resolver  # noqa: PLC0415
     from gateway.egress.target import EgressCore  # noqa: PLC0415
+    from gateway.policy.decide import vet_url_for  # noqa: PLC0415
     from gateway.policy.load import load_policy_file  # noqa: PLC0415
     from gateway.policy.model import LoadedPolicy  # noqa: PLC0415
-    from gateway.vet.urls import vet_url  # noqa: PLC0415
 
     try:
         policy = load_policy_file(settings.policy_path)
@@ -61,16 +62,13 @@ async def check(settings: Settings, url: str, principal_name: str | None) -> int
         principal = policy.principals.get(principal_name) if principal_name else policy.default_principal
         if principal is None:
             raise GatewayError(ErrorCode.POLICY_DENIED, f"no principal {principal_name or 'default'!r} in the policy")
-        vetted = vet_url(
-            url,
-            allowed_ports=policy.defaults.ports,
-            literal_ips_allowed=policy.defaults.literal_ips == "allow",
-            refuse_secrets=False,
-        )
+        # The very checks web_fetch makes on its URL argument (secret query parameters included),
+        # then the egress core's decision: check and /v1/fetch cannot disagree.
+        vetted = vet_url_for(policy, url)
         result["host"] = vetted.host.name
-        core = EgressCore(resolver, lambda: loaded, settings.listen_addresses)
+        core = EgressCore(resolver, lambda: loaded, own_addresses(listen.host for listen in settings.listen_addresses))
         target = await core.pin(principal, vetted.host, vetted.port)
-        result["addresses"] = [str(a) for a in target.addresses]
+        result["addresses"] = list(target.address_texts)
         if target.would_deny is not None:
             result.update(
                 code=str(target.would_deny.code), reason=f"report mode, would deny: {target.would_deny.message}"
@@ -143,4 +141,36 @@ async def search_once(settings: Settings, query: str, max_results: int) -> int:
     sys.stdout.write(f"provider: {result['provider']}\n")
     for index, hit in enumerate(result["results"], 1):
         sys.stdout.write(f"{index}. {hit['title']}\n   {hit['url']}\n   {hit['snippet']}\n")
+    return EXIT_OK
+
+
+def redirect(settings: Settings, action: str, backend: str) -> int:
+    """Print, apply or remove the interception rules (nftables, or iptables where nft is missing)."""
+    from gateway.redirect import apply as rules_apply  # noqa: PLC0415
+    from gateway.redirect.plan import build_plan  # noqa: PLC0415
+    from gateway.redirect.rules import render_iptables, render_nft  # noqa: PLC0415
+
+    try:
+        if action == "remove":
+            rules_apply.remove_nft() if backend == "nftables" else rules_apply.remove_iptables()
+            return EXIT_OK
+        from gateway.policy.load import load_policy_file  # noqa: PLC0415
+
+        try:
+            policy = load_policy_file(settings.policy_path)
+        except PolicyError as exc:
+            sys.stderr.write("\n".join(exc.errors) + "\n")
+            return EXIT_INVALID
+        plan = build_plan(settings, policy)
+        if action == "print":
+            if backend == "nftables":
+                sys.stdout.write(render_nft(plan))
+            else:
+                sys.stdout.write("# iptables-restore --noflush\n" + render_iptables(plan, 4))
+                sys.stdout.write("# ip6tables-restore --noflush\n" + render_iptables(plan, 6))
+            return EXIT_OK
+        rules_apply.apply_nft(plan) if backend == "nftables" else rules_apply.apply_iptables(plan)
+    except GatewayError as exc:
+        sys.stderr.write(f"egress-gateway: {exc.message}\n")
+        return EXIT_INVALID if exc.code != ErrorCode.INVALID_INPUT else EXIT_USAGE
     return EXIT_OK

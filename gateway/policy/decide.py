@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.model import Policy, Principal
 from gateway.vet.addresses import AddressGuard, IPAddress, IPNetwork
-from gateway.vet.urls import VettedHost
+from gateway.vet.urls import VettedHost, VettedUrl, port_or_literal_refusal, vet_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,14 +23,17 @@ class Decision:
     allowed: bool
     code: ErrorCode | None
     reason: str
+    # The rule that decided, for the audit line: `allow_domains[2]` and its pattern `*.github.com`.
+    rule: str | None = None
+    pattern: str | None = None
 
     @classmethod
-    def allow(cls, reason: str) -> Decision:
-        return cls(True, None, reason)
+    def allow(cls, reason: str, rule: str | None = None, pattern: str | None = None) -> Decision:
+        return cls(True, None, reason, rule, pattern)
 
     @classmethod
-    def deny(cls, code: ErrorCode, reason: str) -> Decision:
-        return cls(False, code, reason)
+    def deny(cls, code: ErrorCode, reason: str, rule: str | None = None, pattern: str | None = None) -> Decision:
+        return cls(False, code, reason, rule, pattern)
 
     def to_error(self) -> GatewayError:
         assert self.code is not None
@@ -71,26 +74,54 @@ def glob_matches(glob: str, name: str) -> bool:
     return name == glob
 
 
-def decide_destination(policy: Policy, principal: Principal, host: VettedHost, port: int) -> Decision:
-    """May `principal` reach `host:port` at all (before any DNS)?"""
-    if port not in policy.defaults.ports:
-        return Decision.deny(ErrorCode.POLICY_DENIED, f"port {port} is not in the policy's ports")
-    if host.ip is not None and policy.defaults.literal_ips != "allow":
-        return Decision.deny(
-            ErrorCode.UNSAFE_URL, f"IP-literal host {host.name} is refused by policy (literal_ips: deny)"
-        )
+def vet_url_for(policy: Policy, raw: str, *, refuse_secrets: bool = True) -> VettedUrl:
+    """`vet_url` under the policy in force: its ports and literal-IP rule, secrets refused unless
+    the caller sends its own credential on purpose (an engine or reader key)."""
+    defaults = policy.defaults
+    return vet_url(
+        raw,
+        allowed_ports=defaults.ports,
+        literal_ips_allowed=defaults.literal_ips == "allow",
+        refuse_secrets=refuse_secrets,
+    )
+
+
+def decide_form(policy: Policy, host: VettedHost, port: int) -> Decision:
+    """The policy's `ports` and `literal_ips` rules (the same check `vet_url_for` makes)."""
+    refusal = port_or_literal_refusal(
+        host, port, allowed_ports=policy.defaults.ports, literal_ips_allowed=policy.defaults.literal_ips == "allow"
+    )
+    if refusal is not None:
+        return Decision.deny(ErrorCode.UNSAFE_URL, refusal)
+    return Decision.allow(f"port {port} and host form allowed")
+
+
+def decide_name(policy: Policy, principal: Principal, host: VettedHost) -> Decision:
+    """May `principal` reach the name `host` (its deny_domains, allow_domains, internal_hosts)?"""
     rule = principal.egress
-    for glob in rule.deny_domains:
+    for index, glob in enumerate(rule.deny_domains):
         if glob_matches(glob, host.name):
             return Decision.deny(
-                ErrorCode.POLICY_DENIED, f"{host.name} matches deny_domains {glob!r} for {principal.name}"
+                ErrorCode.POLICY_DENIED,
+                f"{host.name} matches deny_domains {glob!r} for {principal.name}",
+                f"deny_domains[{index}]",
+                glob,
             )
-    for glob in rule.allow_domains:
+    for index, glob in enumerate(rule.allow_domains):
         if glob_matches(glob, host.name):
-            return Decision.allow(f"{host.name} matches allow_domains {glob!r}")
-    if any(r.host == host.name for r in rule.internal_hosts):
-        return Decision.allow(f"{host.name} is an internal host named by {principal.name}")
+            return Decision.allow(f"{host.name} matches allow_domains {glob!r}", f"allow_domains[{index}]", glob)
+    for index, internal in enumerate(rule.internal_hosts):
+        if internal.host == host.name:
+            return Decision.allow(
+                f"{host.name} is an internal host named by {principal.name}", f"internal_hosts[{index}]", internal.host
+            )
     return Decision.deny(ErrorCode.POLICY_DENIED, f"{host.name} is not in {principal.name}'s allow_domains")
+
+
+def decide_destination(policy: Policy, principal: Principal, host: VettedHost, port: int) -> Decision:
+    """May `principal` reach `host:port` at all (before any DNS)? The form first, then the name."""
+    form = decide_form(policy, host, port)
+    return form if not form.allowed else decide_name(policy, principal, host)
 
 
 def internal_exceptions(principal: Principal, host_name: str) -> tuple[IPNetwork, ...]:
