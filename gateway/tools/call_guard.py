@@ -55,6 +55,15 @@ class ToolCalls:
         vouched = self.run_tokens.vouch(loaded.policy, principal, headers)
         return CallContext(principal, loaded, vouched.run_id, vouched.step_id, vouched)
 
+    def with_meta_ids(self, context: CallContext, run_meta: str | None, step_meta: str | None) -> CallContext:
+        """`context` with the run and step an MCP call's `_meta` names, if its run token allows."""
+        vouched = self.run_tokens.with_meta_ids(
+            context.vouched,
+            parse_budget_id(run_meta, "_meta run"),
+            parse_budget_id(step_meta, "_meta step"),
+        )
+        return CallContext(context.principal, context.loaded, vouched.run_id, vouched.step_id, vouched)
+
     async def run(
         self,
         tool: Tool,

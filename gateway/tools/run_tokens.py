@@ -130,6 +130,21 @@ class RunTokens:
             step_id = claims.step_id
         return VouchedIds(claims.run_id, step_id, claims, max(1.0, claims.expires_at - now_s), run_header, step_header)
 
+    @staticmethod
+    def with_meta_ids(vouched: VouchedIds, run_meta: str | None, step_meta: str | None) -> VouchedIds:
+        """Ids an MCP call names in `_meta`, under the same rule as the headers: they count only
+        inside the run a token vouched for (a `_meta` run must be that run; a step may be named
+        unless the token fixed it); without a token they are noted and count for nothing."""
+        if vouched.claims is None:
+            return replace(vouched, claimed_run=run_meta or vouched.claimed_run, claimed_step=step_meta)
+        if run_meta is not None and run_meta != vouched.claims.run_id:
+            raise _refused("the _meta run differs from the token's run")
+        if step_meta is None:
+            return vouched
+        if vouched.claims.step_id is not None and step_meta != vouched.claims.step_id:
+            raise _refused("the _meta step differs from the token's step")
+        return replace(vouched, step_id=step_meta, claimed_step=step_meta)
+
     def authenticate_orchestrator(self, policy: Policy, authorization: str | None) -> Orchestrator:
         scheme, _, value = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not value.strip():
