@@ -80,7 +80,7 @@ async def serve_stdio(settings: Settings, principal_name: str | None) -> int:
     return EXIT_OK
 
 
-async def bridge_stdio(url: str, token: str | None) -> int:
+async def bridge_stdio(url: str, token: str | None, run_token: str | None = None) -> int:
     from gateway.tools.mcp.bridge import BRIDGE_TIMEOUT_S, bridge_handler  # noqa: PLC0415
     from gateway.tools.mcp.stdio import serve_lines  # noqa: PLC0415
 
@@ -91,5 +91,5 @@ async def bridge_stdio(url: str, token: str | None) -> int:
         url = url.rstrip("/") + "/mcp"
     timeout = aiohttp.ClientTimeout(total=BRIDGE_TIMEOUT_S)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        await serve_lines(bridge_handler(session, url, token))
+        await serve_lines(bridge_handler(session, url, token, run_token))
     return EXIT_OK
