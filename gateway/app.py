@@ -96,7 +96,7 @@ class Gateway:
             self.resolver, lambda: self.policy.current, self.settings.listen_addresses, on_dns=_record_dns
         )
         self.client = GuardedClient(self.core, self.ssl_context, self.settings.user_agent)
-        self.extraction = ExtractionPool()
+        self.extraction = ExtractionPool(self.settings.extract_workers, idle_exit_s=self.settings.extract_idle_exit_s)
         self._core_built = True
 
     async def start(self) -> None:
@@ -175,7 +175,7 @@ class Gateway:
         with contextlib.suppress(Exception):
             await self.store.close()
         await self.resolver.close()
-        self.extraction.close()
+        await self.extraction.close()
         self.audit.close()
 
 

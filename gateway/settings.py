@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from gateway.errors import ErrorCode, GatewayError
+
+N = TypeVar("N", int, float)
 
 DEFAULT_ENGINES = ("tavily", "exa", "brave_api", "duckduckgo", "bing", "brave")
 DEFAULT_USER_AGENT = "egress-gateway/0.1 (+https://github.com/egress-gateway)"
@@ -74,6 +77,8 @@ class Settings:
     search: SearchEngineSettings = field(default_factory=SearchEngineSettings)
     fetch_reader_url: str | None = None
     fetch_reader_key: str | None = None
+    extract_workers: int = 1
+    extract_idle_exit_s: float = 60.0
 
     def __repr__(self) -> str:
         return (
@@ -105,6 +110,19 @@ def _search_settings(env: Mapping[str, str]) -> SearchEngineSettings:
         template_url=env.get("EGRESS_SEARCH_URL") or None,
         template_key=env.get("EGRESS_SEARCH_KEY") or None,
     )
+
+
+def _bounded_number(env: Mapping[str, str], name: str, *, default: N, low: N, high: N, kind: Callable[[str], N]) -> N:
+    text = env.get(name)
+    if not text:
+        return default
+    try:
+        value = kind(text)
+    except ValueError:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"{name}: {text!r} is not a number") from None
+    if not low <= value <= high:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"{name}: {text!r} must be between {low} and {high}")
+    return value
 
 
 def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None = None) -> Settings:
@@ -140,4 +158,8 @@ def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None
         search=_search_settings(env),
         fetch_reader_url=env.get("EGRESS_FETCH_READER_URL") or None,
         fetch_reader_key=env.get("EGRESS_FETCH_READER_KEY") or None,
+        extract_workers=_bounded_number(env, "EGRESS_EXTRACT_WORKERS", default=1, low=1, high=64, kind=int),
+        extract_idle_exit_s=_bounded_number(
+            env, "EGRESS_EXTRACT_IDLE_EXIT_S", default=60.0, low=0.0, high=86_400.0, kind=float
+        ),
     )

@@ -23,6 +23,7 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.tools.extract.pool import ExtractionPool
+from gateway.tools.extract.render import RenderLimits
 from gateway.tools.result_notice import NOTICE, retrieved_at
 from gateway.tools.robots import RobotsCache
 from gateway.vet.urls import VettedUrl, vet_url
@@ -107,6 +108,7 @@ def _limits(loaded: LoadedPolicy) -> ClientLimits:
         max_wire_bytes=fetch.max_wire_bytes,
         max_decoded_bytes=fetch.max_decoded_bytes,
         deadline_s=fetch.deadline_s,
+        max_pdf_bytes=fetch.max_pdf_bytes,
     )
 
 
@@ -214,14 +216,21 @@ class FetchTool:
         self, args: FetchArgs, vetted: VettedUrl, response: FetchedResponse, loaded: LoadedPolicy
     ) -> dict[str, Any]:
         headers = {k.lower(): v for k, v in response.headers.items()}
+        fetch = loaded.policy.fetch
         page = await self._extraction.render(
             response.body,
             headers.get("content-type"),
             response.status,
             headers,
             response.url,
-            max_chars=loaded.policy.fetch.max_source_chars,
-            convert_html=self._reader is None,
+            limits=RenderLimits(
+                max_chars=fetch.max_source_chars,
+                convert_html=self._reader is None,
+                max_pdf_pages=fetch.max_pdf_pages,
+                # PDF pages are read until 80% of the cap, then the text so far is returned.
+                pdf_time_s=fetch.convert_timeout_s * 0.8,
+            ),
+            time_limit_s=fetch.convert_timeout_s,
         )
         page.raise_refusal()
         if page.challenge is not None:
@@ -229,7 +238,7 @@ class FetchTool:
                 ErrorCode.CHALLENGED, f"{vetted.host.name} answered with a bot challenge: {page.challenge}"
             )
         text, title, source_truncated = page.text, page.title, page.source_truncated
-        links = [{"text": link.text[:200], "url": link.url[:2000]} for link in page.links[:20]]
+        links = [{"text": text[:200], "url": url[:2000]} for text, url in page.links[:20]]
         if response.status >= 400:
             raise GatewayError(
                 ErrorCode.UPSTREAM_STATUS,

@@ -1,157 +1,152 @@
 """Turns a response body into page text off the event loop, so proxy tunnels keep flowing.
 
-Owns the CPU-heavy part of web_fetch: decoding (charset detection included), bot-challenge
-detection and HTML → markdown. Large bodies go to a small process pool (a native parse of 2 MiB
-holds the GIL for tens of milliseconds, which a thread would not hide); small ones are handled
-inline because the round trip would cost more than the work. The body crosses the process
-boundary as bytes, not as a decoded str: pickling 2 MiB of text holds the GIL for ~10 ms in the
-sending thread, copying bytes does not. Refusals come back as values (a GatewayError does not
-survive pickling). Never touches the network.
-
-Starting the pool is kept off the event loop too: spawning a worker (resource tracker, fork+exec,
-pickled preparation data, the manager thread, first imports) held the loop for 7-10 ms, and
-ProcessPoolExecutor spawns a worker inside submit() whenever none is idle, so two fetches at once
-spawned the second worker on the loop mid-fetch. All workers are started together in a thread,
-and run at a lower CPU priority so a conversion yields the core to the loop's process.
+Owns the extraction workers: separate processes (`python -m gateway.tools.extract.worker`, a
+plain subprocess: no multiprocessing resource tracker, no fork of the daemon's loop and sockets)
+that run the CPU-heavy part of web_fetch. A native parse of 2 MiB holds the GIL for tens of
+milliseconds, which a thread would not hide, and a hostile page (an HTML or PDF bomb) can take
+minutes: each conversion has a hard time limit after which its worker is killed and replaced,
+and the call gets `too_large`, so one page delays the calls queued behind it by at most that
+limit. Workers start on first use and exit after a quiet spell; one by default, since the
+footprint of every pod pays for each. Pages small enough that the worst case converts within
+~20 ms are handled inline: the round trip would cost more than the work. PDFs always go to a
+worker. Never touches the network.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import multiprocessing
 import os
-import threading
+import struct
+import sys
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.tasks import spawn
-from gateway.tools.extract.challenge import detect_challenge
-from gateway.tools.extract.decode import decode_body
-from gateway.tools.extract.markdown import Link, html_to_markdown
+from gateway.tools.extract.render import RenderedPage, RenderLimits, is_pdf, render_page
 
-INLINE_MAX_BYTES = 32 * 1024
-POOL_WORKERS = 2
-# Conversion is batch work: on a small machine (2 cores) the loop's process must win the CPU when
-# both are runnable, or a tunnel waits for the scheduler while a page converts.
-WORKER_NICE = 10
-
-
-@dataclass(frozen=True, slots=True)
-class RenderedPage:
-    """A body as page text, or the refusal (code, message) that stops it."""
-
-    text: str = ""
-    title: str = ""
-    content_type: str = ""
-    links: tuple[Link, ...] = ()
-    source_truncated: bool = False
-    challenge: str | None = None
-    refusal: tuple[ErrorCode, str] | None = None
-
-    def raise_refusal(self) -> None:
-        if self.refusal is not None:
-            raise GatewayError(*self.refusal)
+# The largest page whose worst case (nested tables, thousands of attributes on one element, both
+# quadratic inside the parser) still converts in ~20 ms on the loop.
+INLINE_MAX_BYTES = 8 * 1024
+DEFAULT_WORKERS = 1
+DEFAULT_IDLE_EXIT_S = 60.0
+DEFAULT_TIME_LIMIT_S = 10.0
+START_TIMEOUT_S = 15.0
+RETIRE_TIMEOUT_S = 2.0
+# An answer is the page text (bounded by max_source_chars) and a few links: anything far larger
+# means a worker gone wrong.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+FRAME = struct.Struct(">I")
 
 
-def render_page(
+class WorkerGone(Exception):
+    """The worker process exited or broke the protocol; it is replaced on the next job."""
+
+
+class ExtractionWorker:
+    """One worker process and the pipe pair that carries its jobs."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.idle_timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    async def start(cls) -> ExtractionWorker:
+        # The worker gets only what it needs to import the package: none of the daemon's
+        # environment (engine keys, Redis URL) reaches a process that parses hostile input.
+        env = {"PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway.tools.extract.worker",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env, close_fds=True,
+        )  # fmt: skip
+        worker = cls(process)
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                await worker._read_frame()
+        except (TimeoutError, WorkerGone):
+            await worker.kill()
+            raise GatewayError(ErrorCode.UNAVAILABLE, "the extraction worker did not start") from None
+        return worker
+
+    async def _read_frame(self) -> bytes:
+        stdout = self.process.stdout
+        assert stdout is not None
+        try:
+            (size,) = FRAME.unpack(await stdout.readexactly(FRAME.size))
+            if size > MAX_ANSWER_BYTES:
+                raise WorkerGone(f"answer of {size} bytes")
+            return await stdout.readexactly(size)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            raise WorkerGone(str(exc)) from None
+
+    async def convert(self, job: bytes) -> dict[str, Any]:
+        stdin = self.process.stdin
+        assert stdin is not None
+        try:
+            stdin.write(FRAME.pack(len(job)) + job)
+            await stdin.drain()
+        except ConnectionError as exc:
+            raise WorkerGone(str(exc)) from None
+        answer = await self._read_frame()
+        try:
+            decoded: dict[str, Any] = orjson.loads(answer)
+        except orjson.JSONDecodeError:
+            raise WorkerGone("malformed answer") from None
+        return decoded
+
+    async def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        await self.process.wait()
+
+    async def retire(self) -> None:
+        """End of input: the worker exits by itself; killed if it does not."""
+        stdin = self.process.stdin
+        if stdin is not None:
+            stdin.close()
+        try:
+            async with asyncio.timeout(RETIRE_TIMEOUT_S):
+                await self.process.wait()
+        except TimeoutError:
+            await self.kill()
+
+
+def _job(
     body: bytes,
     content_type: str | None,
     status: int,
     headers: Mapping[str, str],
     base_url: str,
     *,
-    max_chars: int,
-    convert_html: bool,
-) -> RenderedPage:
-    """Decode, look for a bot challenge, and convert HTML to markdown (pure; runs in a worker)."""
-    try:
-        try:
-            decoded = decode_body(body, content_type)
-        except GatewayError:
-            if status < 400:
-                raise
-            # An error page we cannot read is still an error status, not a content problem.
-            decoded = decode_body(b"", "text/plain")
-        challenge = detect_challenge(status, headers, decoded.text if decoded.kind == "html" else "")
-        if challenge is not None:
-            return RenderedPage(challenge=challenge)
-        if decoded.kind == "html" and convert_html:
-            extraction = html_to_markdown(decoded.text, base_url, max_chars=max_chars)
-            return RenderedPage(
-                extraction.markdown,
-                extraction.title,
-                decoded.content_type,
-                extraction.links,
-                extraction.source_truncated,
-            )
-        text = decoded.text
-        return RenderedPage(text[:max_chars], "", decoded.content_type, (), len(text) > max_chars)
-    except GatewayError as exc:
-        return RenderedPage(refusal=(exc.code, exc.message))
-
-
-def _init_worker() -> None:
-    # No nice() on this platform, or not permitted: the worker runs at normal priority.
-    with contextlib.suppress(AttributeError, OSError):
-        os.nice(WORKER_NICE)
-
-
-def _worker_ready() -> int:
-    """A no-op whose import of this module also loads the converter in the worker."""
-    return os.getpid()
+    limits: RenderLimits,
+) -> bytes:
+    header = orjson.dumps(
+        {
+            "content_type": content_type,
+            "status": status,
+            "headers": dict(headers),
+            "base_url": base_url,
+            "limits": {name: getattr(limits, name) for name in RenderLimits.__slots__},
+        }
+    )
+    return FRAME.pack(len(header)) + header + body
 
 
 class ExtractionPool:
-    def __init__(self, workers: int = POOL_WORKERS) -> None:
-        self._workers = workers
-        self._pool: ProcessPoolExecutor | None = None
+    def __init__(self, workers: int = DEFAULT_WORKERS, *, idle_exit_s: float = DEFAULT_IDLE_EXIT_S) -> None:
+        self._workers = max(1, workers)
+        self._idle_exit_s = idle_exit_s
+        self._idle: list[ExtractionWorker] = []
+        self._busy: set[ExtractionWorker] = set()
+        self._slots: asyncio.Semaphore | None = None
         self._closed = False
-        # Guards _pool between the start thread and close() on the loop.
-        self._lock = threading.Lock()
-        self._ready: asyncio.Task[ProcessPoolExecutor] | None = None
 
-    def _start_blocking(self) -> ProcessPoolExecutor:
-        """Create the pool and start every worker (blocking: run it in a thread, never on the loop)."""
-        with self._lock:
-            if self._closed:
-                raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
-            if self._pool is None:
-                # spawn, not fork: a forked child would inherit the event loop and open sockets.
-                self._pool = ProcessPoolExecutor(
-                    self._workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker
-                )
-            pool = self._pool
-        # With spawn, each submit() starts a worker when none is idle: submitting one no-op per
-        # worker before any can finish starts them all now, so no later submit() spawns one.
-        try:
-            for ready in [pool.submit(_worker_ready) for _ in range(self._workers)]:
-                ready.result()
-        except RuntimeError:
-            if not self._closed:  # BrokenProcessPool (a worker died starting) is a RuntimeError too
-                raise
-            # close() shut the pool down while it was starting.
-            raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down") from None
-        return pool
-
-    async def start(self) -> None:
-        """Start the workers off the loop; the first large page awaits this if no one called it."""
-        await self._executor()
-
-    async def _executor(self) -> ProcessPoolExecutor:
-        if self._closed:
-            raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
-        ready = self._ready
-        if ready is not None and ready.done() and not ready.cancelled() and ready.exception() is None:
-            return ready.result()
-        if ready is None or ready.done():  # never started, or the last start failed: try again
-            # One start shared by concurrent first callers.
-            ready = self._ready = spawn(asyncio.to_thread(self._start_blocking), name="extraction-pool-start")
-        # Shielded: a caller's deadline must not abandon a start that other callers share.
-        return await asyncio.shield(ready)
+    @property
+    def live_workers(self) -> int:
+        return len(self._idle) + len(self._busy)
 
     async def render(
         self,
@@ -161,24 +156,75 @@ class ExtractionPool:
         headers: Mapping[str, str],
         base_url: str,
         *,
-        max_chars: int,
-        convert_html: bool,
+        limits: RenderLimits,
+        time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     ) -> RenderedPage:
-        if len(body) <= INLINE_MAX_BYTES:
-            return render_page(
-                body, content_type, status, headers, base_url, max_chars=max_chars, convert_html=convert_html
-            )
-        loop = asyncio.get_running_loop()
-        work = functools.partial(
-            render_page, body, content_type, status, dict(headers), base_url, max_chars=max_chars,
-            convert_html=convert_html,
-        )  # fmt: skip
-        pool = await self._executor()
-        return await loop.run_in_executor(pool, work)
+        if len(body) <= INLINE_MAX_BYTES and not is_pdf(body, content_type):
+            return render_page(body, content_type, status, headers, base_url, limits=limits)
+        if self._closed:
+            raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._workers)
+        job = _job(body, content_type, status, headers, base_url, limits=limits)
+        async with self._slots:
+            worker = await self._take()
+            try:
+                async with asyncio.timeout(time_limit_s):
+                    answer = await worker.convert(job)
+            except TimeoutError:
+                await self._discard(worker)
+                raise GatewayError(
+                    ErrorCode.TOO_LARGE, f"conversion time cap hit: the page took over {time_limit_s:g} s to convert"
+                ) from None
+            except WorkerGone:
+                await self._discard(worker)
+                raise GatewayError(
+                    ErrorCode.UNSUPPORTED_CONTENT, "the page could not be converted (the converter exited)"
+                ) from None
+            except BaseException:
+                # Cancelled mid-job (the fetch deadline, a client gone): the worker is still busy
+                # with a page nobody waits for, and may be a bomb; replace it.
+                await asyncio.shield(self._discard(worker))
+                raise
+            self._release(worker)
+        return RenderedPage.from_wire(answer)
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+    async def _take(self) -> ExtractionWorker:
+        while self._idle:
+            worker = self._idle.pop()
+            if worker.idle_timer is not None:
+                worker.idle_timer.cancel()
+                worker.idle_timer = None
+            if worker.process.returncode is None:
+                self._busy.add(worker)
+                return worker
+        worker = await ExtractionWorker.start()
+        if self._closed:
+            await worker.kill()
+            raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
+        self._busy.add(worker)
+        return worker
+
+    def _release(self, worker: ExtractionWorker) -> None:
+        self._busy.discard(worker)
+        self._idle.append(worker)
+        worker.idle_timer = asyncio.get_running_loop().call_later(self._idle_exit_s, self._idle_exit, worker)
+
+    def _idle_exit(self, worker: ExtractionWorker) -> None:
+        if worker in self._idle:
+            self._idle.remove(worker)
+            spawn(worker.retire(), name="extraction-worker-retire")
+
+    async def _discard(self, worker: ExtractionWorker) -> None:
+        self._busy.discard(worker)
+        await worker.kill()
+
+    async def close(self) -> None:
+        self._closed = True
+        workers = [*self._idle, *self._busy]
+        self._idle.clear()
+        self._busy.clear()
+        for worker in workers:
+            if worker.idle_timer is not None:
+                worker.idle_timer.cancel()
+        await asyncio.gather(*(worker.kill() for worker in workers), return_exceptions=True)
