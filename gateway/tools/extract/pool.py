@@ -30,7 +30,7 @@ from gateway.tools.extract.render import RenderedPage, RenderLimits, is_pdf, ren
 
 # The largest page whose worst case (nested tables, thousands of attributes on one element, both
 # quadratic inside the parser) still converts in ~20 ms on the loop.
-INLINE_MAX_BYTES = 8 * 1024
+INLINE_MAX_BYTES = 4 * 1024
 DEFAULT_WORKERS = 1
 DEFAULT_IDLE_EXIT_S = 60.0
 DEFAULT_TIME_LIMIT_S = 10.0
