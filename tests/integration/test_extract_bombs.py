@@ -1,9 +1,10 @@
-"""HTML bombs against the real daemon: the loop stays responsive and a hostile page is cut off.
+"""Hostile pages against the real daemon: the loop stays responsive and a bomb is cut off.
 
 Deeply nested `<pre>`, `<table>`, `<div>` and an element with thousands of attributes convert
 in quadratic time. Small ones must not stall the event loop (measured as /healthz latency while
 they are fetched); a large one meets the per-page conversion time limit, its worker is replaced,
-and a normal page queued behind it is still answered.
+and a normal page queued behind it is still answered. A Cloudflare-hosted article carrying the
+injected challenge-platform script is content, not a challenge.
 """
 
 from __future__ import annotations
@@ -68,8 +69,18 @@ def bomb_app() -> web.Application:
     async def article(request: web.Request) -> web.Response:
         return web.Response(body=ARTICLE, content_type="text/html", charset="utf-8")
 
+    async def cloudflare_article(request: web.Request) -> web.Response:
+        # What Cloudflare serves for an ordinary article: its bot beacon injected before </body>.
+        beacon = (
+            "<script>(function(){window.__CF$cv$params={r:'8a1b2c3d',t:'MTcz'};})();</script>"
+            "<script src='/cdn-cgi/challenge-platform/scripts/jsd/main.js'></script>"
+        )
+        page = ARTICLE.replace(b"</body>", beacon.encode() + b"</body>")
+        return web.Response(body=page, content_type="text/html", charset="utf-8", headers={"Server": "cloudflare"})
+
     app = web.Application()
     app.router.add_get("/bomb/{kind}/{size}", serve)
+    app.router.add_get("/cloudflare-article", cloudflare_article)
     app.router.add_get("/article", article)
     return app
 
@@ -171,3 +182,10 @@ def test_a_large_html_bomb_meets_the_time_limit_and_delays_others_at_most_that(b
     assert results["article"].status_code == 200, results["article"].text
     assert results["article"].json()["title"] == "Plain article"
     assert pinger.worst_s < MAX_HEALTHZ_LATENCY_S, f"/healthz waited {pinger.worst_s * 1000:.0f} ms"
+
+
+def test_a_cloudflare_hosted_article_with_the_injected_challenge_script_is_content(bomb_stack: BombStack) -> None:
+    response = bomb_stack.fetch("/cloudflare-article")
+    assert response.status_code == 200, response.text
+    assert response.json()["title"] == "Plain article"
+    assert "An ordinary paragraph of an ordinary article" in response.json()["content"]
