@@ -20,6 +20,7 @@ from gateway.egress.client import GuardedClient
 from gateway.egress.connect import build_ssl_context
 from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
+from gateway.memory import limit_heap_retention
 from gateway.observe import metrics
 from gateway.observe.admin import build_admin_app
 from gateway.observe.audit import AuditLog
@@ -180,6 +181,7 @@ class Gateway:
 
 
 def run_daemon(settings: Settings) -> None:
+    limit_heap_retention()
     try:
         import uvloop  # noqa: PLC0415 - optional accelerator
     except ImportError:

@@ -9,10 +9,13 @@ injected challenge-platform script is content, not a challenge.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -189,3 +192,62 @@ def test_a_cloudflare_hosted_article_with_the_injected_challenge_script_is_conte
     assert response.status_code == 200, response.text
     assert response.json()["title"] == "Plain article"
     assert "An ordinary paragraph of an ordinary article" in response.json()["content"]
+
+
+def _worker_pids(gateway_pid: int) -> list[int]:
+    """The gateway's extraction workers, from the parent links and command lines in /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            argv = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == gateway_pid and b"gateway.tools.extract.worker" in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def test_the_worker_starts_on_first_use_exits_when_idle_and_is_replaced_after_a_crash(
+    harness_loop: HarnessLoop, pki: TestPKI, fake_dns: FakeDNS, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    factory = OriginFactory(harness_loop, pki, fake_dns)
+    origin = factory.start(bomb_app(), names=["idle.example.org"])
+    policy = policy_document(allow_cidrs=[origin.cidr], ports=[80, 443, origin.port], fetch={"robots": "ignore"})
+    workdir = tmp_path_factory.mktemp("idle-gateway")
+    gateway = GatewayProcess(
+        workdir, policy, nameserver=fake_dns.nameserver, ca_bundle=pki.ca_path, env={"EGRESS_EXTRACT_IDLE_EXIT_S": "1"}
+    ).start()
+
+    def fetch_article() -> httpx.Response:
+        payload = {"url": origin.url("/article", "idle.example.org"), "maxChars": 1_000}
+        return httpx.post(f"{gateway.api_url}/v1/fetch", json=payload, timeout=45)
+
+    try:
+        assert _worker_pids(gateway.pid) == []  # nothing converted yet: no worker
+        assert fetch_article().status_code == 200
+        workers = _worker_pids(gateway.pid)
+        assert len(workers) == 1
+        assert _wait_for(lambda: _worker_pids(gateway.pid) == []), "the idle worker did not exit"
+        assert fetch_article().status_code == 200
+        (worker,) = _worker_pids(gateway.pid)
+        os.kill(worker, signal.SIGKILL)
+        assert _wait_for(lambda: worker not in _worker_pids(gateway.pid))
+        response = fetch_article()
+        assert response.status_code == 200, response.text
+        assert response.json()["title"] == "Plain article"
+        assert "Traceback" not in gateway.stderr()
+    finally:
+        gateway.stop()
+        factory.stop_all()

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import os
 import struct
+import subprocess
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -49,8 +50,17 @@ class WorkerGone(Exception):
 class ExtractionWorker:
     """One worker process and the pipe pair that carries its jobs."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        reader: asyncio.StreamReader,
+        read_transport: asyncio.BaseTransport,
+        writer: asyncio.StreamWriter,
+    ) -> None:
         self.process = process
+        self.reader = reader
+        self.read_transport = read_transport
+        self.writer = writer
         self.idle_timer: asyncio.TimerHandle | None = None
 
     @classmethod
@@ -58,11 +68,22 @@ class ExtractionWorker:
         # The worker gets only what it needs to import the package: none of the daemon's
         # environment (engine keys, Redis URL) reaches a process that parses hostile input.
         env = {"PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway.tools.extract.worker",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env, close_fds=True,
+        # Started in a thread: fork+exec from the loop (asyncio's subprocess API waits for the
+        # exec) held the loop for 2-27 ms.
+        process = await asyncio.to_thread(
+            subprocess.Popen,
+            [sys.executable, "-m", "gateway.tools.extract.worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
         )  # fmt: skip
-        worker = cls(process)
+        assert process.stdin is not None
+        assert process.stdout is not None
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_ANSWER_BYTES)
+        read_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), process.stdout)
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), process.stdin
+        )
+        worker = cls(process, reader, read_transport, asyncio.StreamWriter(transport, protocol, None, loop))
         try:
             async with asyncio.timeout(START_TIMEOUT_S):
                 await worker._read_frame()
@@ -71,23 +92,23 @@ class ExtractionWorker:
             raise GatewayError(ErrorCode.UNAVAILABLE, "the extraction worker did not start") from None
         return worker
 
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
     async def _read_frame(self) -> bytes:
-        stdout = self.process.stdout
-        assert stdout is not None
         try:
-            (size,) = FRAME.unpack(await stdout.readexactly(FRAME.size))
+            (size,) = FRAME.unpack(await self.reader.readexactly(FRAME.size))
             if size > MAX_ANSWER_BYTES:
                 raise WorkerGone(f"answer of {size} bytes")
-            return await stdout.readexactly(size)
+            return await self.reader.readexactly(size)
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
             raise WorkerGone(str(exc)) from None
 
     async def convert(self, job: bytes) -> dict[str, Any]:
-        stdin = self.process.stdin
-        assert stdin is not None
         try:
-            stdin.write(FRAME.pack(len(job)) + job)
-            await stdin.drain()
+            self.writer.write(FRAME.pack(len(job)) + job)
+            await self.writer.drain()
         except ConnectionError as exc:
             raise WorkerGone(str(exc)) from None
         answer = await self._read_frame()
@@ -97,21 +118,24 @@ class ExtractionWorker:
             raise WorkerGone("malformed answer") from None
         return decoded
 
+    def _close_pipes(self) -> None:
+        # Through the transports, which own the pipes: closing a pipe's file under a live
+        # transport leaves its fd number registered with the loop, and the next pipe gets it.
+        self.writer.close()
+        self.read_transport.close()
+
     async def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             self.process.kill()
-        await self.process.wait()
+        self._close_pipes()
+        await asyncio.to_thread(self.process.wait)
 
     async def retire(self) -> None:
         """End of input: the worker exits by itself; killed if it does not."""
-        stdin = self.process.stdin
-        if stdin is not None:
-            stdin.close()
-        try:
-            async with asyncio.timeout(RETIRE_TIMEOUT_S):
-                await self.process.wait()
-        except TimeoutError:
-            await self.kill()
+        self.writer.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await asyncio.to_thread(self.process.wait, RETIRE_TIMEOUT_S)
+        await self.kill()
 
 
 def _job(
@@ -195,7 +219,7 @@ class ExtractionPool:
             if worker.idle_timer is not None:
                 worker.idle_timer.cancel()
                 worker.idle_timer = None
-            if worker.process.returncode is None:
+            if worker.alive:
                 self._busy.add(worker)
                 return worker
         worker = await ExtractionWorker.start()

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from gateway.errors import ErrorCode
+from gateway.memory import limit_heap_retention, release_free_memory
 from gateway.tools.extract.render import RenderedPage, RenderLimits, render_page
 
 FRAME = struct.Struct(">I")
@@ -72,12 +73,17 @@ def serve(jobs: BinaryIO, answers: BinaryIO) -> None:
         payload = _read_exactly(jobs, FRAME.unpack(size)[0])
         if payload is None:
             return
-        _write_frame(answers, orjson.dumps(run_job(payload)))
+        answer = orjson.dumps(run_job(payload))
+        del payload
+        _write_frame(answers, answer)
+        del answer
+        release_free_memory()
 
 
 def main() -> None:
     with contextlib.suppress(AttributeError, OSError):
         os.nice(WORKER_NICE)
+    limit_heap_retention()
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (MAX_ADDRESS_SPACE_BYTES, MAX_ADDRESS_SPACE_BYTES))
     # The protocol owns fd 1; anything a library prints goes to stderr instead.
@@ -87,7 +93,9 @@ def main() -> None:
     import gateway.tools.extract.decode  # noqa: PLC0415
     import gateway.tools.extract.markdown  # noqa: F401, PLC0415
 
-    serve(sys.stdin.buffer, answers)
+    # The pool closing the pipes (a retired or replaced worker) is the normal end, not an error.
+    with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):
+        serve(sys.stdin.buffer, answers)
 
 
 if __name__ == "__main__":
