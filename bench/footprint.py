@@ -217,6 +217,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=Path, default=Path("../shared/fixtures/pages"))
     parser.add_argument("--settle-s", type=float, default=1.0, help="pause before each measurement")
+    parser.add_argument(
+        "--gateway-path", type=Path, default=None, help="run the gateway package of another checkout (PYTHONPATH)"
+    )
     args = parser.parse_args()
     pages = fixture_pages(args.pages)
     rows: list[tuple[str, float, int, float, int, str]] = []
@@ -274,6 +277,7 @@ def main() -> int:
                 },
             )
             env = {
+                **({"PYTHONPATH": str(args.gateway_path.resolve())} if args.gateway_path else {}),
                 "EGRESS_SEARCH_ENGINES": "template",
                 "EGRESS_SEARCH_URL": engine_origin.url("/search", "engine.example.org") + "?q={query}&n={limit}",
             }

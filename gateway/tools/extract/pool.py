@@ -41,6 +41,7 @@ RETIRE_TIMEOUT_S = 2.0
 # means a worker gone wrong.
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 FRAME = struct.Struct(">I")
+WRITE_SLICE_BYTES = 256 * 1024
 
 
 class WorkerGone(Exception):
@@ -105,9 +106,16 @@ class ExtractionWorker:
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
             raise WorkerGone(str(exc)) from None
 
-    async def convert(self, job: bytes) -> dict[str, Any]:
+    async def convert(self, job: tuple[bytes, bytes]) -> dict[str, Any]:
+        head, body = job
         try:
-            self.writer.write(FRAME.pack(len(job)) + job)
+            self.writer.write(head)
+            # In slices, each written when the pipe takes it: one 2 MiB write() copied the whole
+            # body into the transport's buffer (and faulted in its pages) in one loop step.
+            view = memoryview(body)
+            for start in range(0, len(body), WRITE_SLICE_BYTES):
+                self.writer.write(view[start : start + WRITE_SLICE_BYTES])
+                await self.writer.drain()
             await self.writer.drain()
         except ConnectionError as exc:
             raise WorkerGone(str(exc)) from None
@@ -146,7 +154,8 @@ def _job(
     base_url: str,
     *,
     limits: RenderLimits,
-) -> bytes:
+) -> tuple[bytes, bytes]:
+    """The job's frame head (length, header length, header) and its body, sent apart."""
     header = orjson.dumps(
         {
             "content_type": content_type,
@@ -156,7 +165,8 @@ def _job(
             "limits": {name: getattr(limits, name) for name in RenderLimits.__slots__},
         }
     )
-    return FRAME.pack(len(header)) + header + body
+    size = FRAME.size + len(header) + len(body)
+    return FRAME.pack(size) + FRAME.pack(len(header)) + header, body
 
 
 class ExtractionPool:
