@@ -44,6 +44,7 @@ CONCURRENCY = 8
 TARGET_IDLE_MB = 45.0
 TARGET_LOADED_MB = 60.0
 TARGET_READY_S = 1.0
+IDLE_EXIT_WAIT_S = 62.0  # the default EGRESS_EXTRACT_IDLE_EXIT_S and a margin
 
 
 def _free_port() -> int:
@@ -218,6 +219,9 @@ def main() -> int:
     parser.add_argument("--pages", type=Path, default=Path("../shared/fixtures/pages"))
     parser.add_argument("--settle-s", type=float, default=1.0, help="pause before each measurement")
     parser.add_argument(
+        "--wait-idle-exit", action="store_true", help="also measure after the extraction worker's idle exit (~62 s)"
+    )
+    parser.add_argument(
         "--gateway-path", type=Path, default=None, help="run the gateway package of another checkout (PYTHONPATH)"
     )
     args = parser.parse_args()
@@ -301,6 +305,11 @@ def main() -> int:
             time.sleep(args.settle_s)
             loaded, loaded_n = tree_pss_mb(gateway.pid)
             notes.append(f"gateway tree after load (MB PSS): {tree_breakdown(gateway.pid)}")
+            if args.wait_idle_exit:
+                time.sleep(IDLE_EXIT_WAIT_S)
+                after_exit, after_exit_n = tree_pss_mb(gateway.pid)
+                notes.append(f"gateway tree {IDLE_EXIT_WAIT_S:g} s after the load: {after_exit:.1f} MB PSS, "
+                             f"{after_exit_n} process(es)")  # fmt: skip
             rows.append(("egress-gateway (defaults)", idle, idle_n, loaded, loaded_n, "mixed"))
             notes.append(
                 f"gateway: ready in {ready_s * 1000:.0f} ms (target < {TARGET_READY_S * 1000:.0f}); mixed load "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import hashlib
 import logging
 import signal
 
@@ -20,6 +21,7 @@ from gateway.egress.client import GuardedClient
 from gateway.egress.connect import build_ssl_context
 from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
+from gateway.errors import ErrorCode, GatewayError
 from gateway.memory import limit_heap_retention
 from gateway.observe import metrics
 from gateway.observe.admin import build_admin_app
@@ -41,9 +43,27 @@ POLICY_POLL_INTERVAL_S = 1.0
 STORE_PING_INTERVAL_S = 2.0
 
 
-def _record_reload(ok: bool, generation: int) -> None:
-    metrics.POLICY_RELOADS.labels(outcome="success" if ok else "failure").inc()
-    metrics.POLICY_GENERATION.set(generation)
+def policy_file_sha256(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return "unreadable"
+
+
+def _open_audit(settings: Settings) -> AuditLog:
+    try:
+        return AuditLog(
+            settings.audit_log,
+            on_failure=settings.audit_on_failure,
+            max_bytes=settings.audit_max_bytes,
+            keep_files=settings.audit_keep_files,
+            aggregate_s=settings.audit_aggregate_s,
+        )
+    except OSError as exc:
+        raise GatewayError(
+            ErrorCode.INVALID_INPUT, f"EGRESS_AUDIT_LOG: cannot open {settings.audit_log}: {exc.strerror or exc}"
+        ) from None
 
 
 def _record_dns(duration_s: float) -> None:
@@ -55,9 +75,11 @@ class Gateway:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.policy = PolicyHolder(settings.policy_path, on_reload=_record_reload)
+        self.policy = PolicyHolder(settings.policy_path, on_reload=self._record_reload)
         metrics.POLICY_GENERATION.set(self.policy.current.generation)
-        self.audit = AuditLog(settings.audit_log)
+        self.policy_sha256 = policy_file_sha256(settings.policy_path)
+        metrics.set_build_info(self.policy_sha256)
+        self.audit = _open_audit(settings)
         self.store: BudgetStore = open_store(settings.redis_url)
         self.ssl_context = build_ssl_context(settings.ca_bundle)
         self._runners: list[web.AppRunner] = []
@@ -73,14 +95,38 @@ class Gateway:
         self.core: EgressCore
         self.client: GuardedClient
 
+    def _record_reload(self, ok: bool, generation: int) -> None:
+        metrics.POLICY_RELOADS.labels(outcome="success" if ok else "failure").inc()
+        metrics.POLICY_GENERATION.set(generation)
+        if ok:
+            self.policy_sha256 = policy_file_sha256(self.settings.policy_path)
+            metrics.set_build_info(self.policy_sha256)
+
     def readiness(self) -> tuple[bool, dict[str, bool]]:
+        """Proxy readiness: the store is not part of it (a Redis outage fails tool calls closed but
+        must not pull the proxy out of the Service); `tools_readiness` adds it."""
         checks = {
             "policy_loaded": True,
             "listeners_bound": self._listeners_bound,
-            "store_reachable": self._store_up,
+            "audit_writable": self.audit.failure is None or self.settings.audit_on_failure == "allow",
             "not_draining": not self._draining,
         }
         return all(checks.values()), checks
+
+    def tools_readiness(self) -> tuple[bool, dict[str, bool]]:
+        ready, checks = self.readiness()
+        checks["store_reachable"] = self._store_up
+        return ready and self._store_up, checks
+
+    def readiness_reasons(self) -> dict[str, str]:
+        reasons: dict[str, str] = {}
+        if self.audit.failure is not None:
+            reasons["audit_writable"] = self.audit.failure
+        if not self._store_up:
+            reasons["store_reachable"] = "the budget store does not answer: tool calls fail with store_unavailable"
+        if self._draining:
+            reasons["not_draining"] = "the gateway is draining for shutdown"
+        return reasons
 
     async def _serve_app(self, app: web.Application, listen: ListenAddress) -> None:
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -96,6 +142,7 @@ class Gateway:
         self.core = EgressCore(
             self.resolver, lambda: self.policy.current, self.settings.listen_addresses, on_dns=_record_dns
         )
+        self.core.admission = self.audit.refusal
         self.client = GuardedClient(self.core, self.ssl_context, self.settings.user_agent)
         self.extraction = ExtractionPool(self.settings.extract_workers, idle_exit_s=self.settings.extract_idle_exit_s)
         self._core_built = True
@@ -105,7 +152,8 @@ class Gateway:
         self.proxy = ProxyServer(self.core, self.audit)
         await self.proxy.start(self.settings.proxy_listen.host, self.settings.proxy_listen.port)
         await self._serve_app(self.tools_api().app(), self.settings.api_listen)
-        await self._serve_app(build_admin_app(self.readiness), self.settings.admin_listen)
+        admin = build_admin_app(self.readiness, tools_readiness=self.tools_readiness, reasons=self.readiness_reasons)
+        await self._serve_app(admin, self.settings.admin_listen)
         self._listeners_bound = True
         self._background.append(spawn(self._watch_policy_file(), name="policy-watch"))
         self._background.append(spawn(self._watch_store(), name="store-watch"))
@@ -142,6 +190,11 @@ class Gateway:
             metrics.STORE_UP.set(1 if self._store_up else 0)
             await asyncio.sleep(STORE_PING_INTERVAL_S)
 
+    def _reload_and_reopen(self) -> None:
+        # logrotate's postrotate sends SIGHUP (or SIGUSR1, which only reopens the audit file).
+        self.audit.reopen()
+        self.policy.reload()
+
     def request_stop(self) -> None:
         self._draining = True
         self._stopped.set()
@@ -151,7 +204,8 @@ class Gateway:
         await self.start()
         loop.add_signal_handler(signal.SIGTERM, self.request_stop)
         loop.add_signal_handler(signal.SIGINT, self.request_stop)
-        loop.add_signal_handler(signal.SIGHUP, self.policy.reload)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_and_reopen)
+        loop.add_signal_handler(signal.SIGUSR1, self.audit.reopen)
         # Start-up objects live for the whole run: keep them out of every later full collection,
         # which otherwise pauses the loop for 15-25 ms while proxy tunnels wait.
         gc.collect()

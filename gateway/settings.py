@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from gateway.errors import ErrorCode, GatewayError
-
-N = TypeVar("N", int, float)
 
 DEFAULT_ENGINES = ("tavily", "exa", "brave_api", "duckduckgo", "bing", "brave")
 DEFAULT_USER_AGENT = "egress-gateway/0.1 (+https://github.com/egress-gateway)"
@@ -77,6 +74,10 @@ class Settings:
     search: SearchEngineSettings = field(default_factory=SearchEngineSettings)
     fetch_reader_url: str | None = None
     fetch_reader_key: str | None = None
+    audit_on_failure: str = "deny"
+    audit_max_bytes: int = 0
+    audit_keep_files: int = 5
+    audit_aggregate_s: float = 10.0
     extract_workers: int = 1
     extract_idle_exit_s: float = 60.0
 
@@ -112,16 +113,22 @@ def _search_settings(env: Mapping[str, str]) -> SearchEngineSettings:
     )
 
 
-def _bounded_number(env: Mapping[str, str], name: str, *, default: N, low: N, high: N, kind: Callable[[str], N]) -> N:
-    text = env.get(name)
-    if not text:
+def _number(text: str | None, setting: str, default: float, *, integer: bool = False) -> float:
+    if text is None or not text.strip():
         return default
     try:
-        value = kind(text)
+        value = int(text) if integer else float(text)
     except ValueError:
-        raise GatewayError(ErrorCode.INVALID_INPUT, f"{name}: {text!r} is not a number") from None
-    if not low <= value <= high:
-        raise GatewayError(ErrorCode.INVALID_INPUT, f"{name}: {text!r} must be between {low} and {high}")
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} is not a number") from None
+    if value < 0:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} must not be negative")
+    return value
+
+
+def _audit_on_failure(text: str | None) -> str:
+    value = (text or "deny").strip().lower()
+    if value not in {"deny", "allow"}:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"EGRESS_AUDIT_ON_FAILURE: {text!r} is not deny or allow")
     return value
 
 
@@ -158,8 +165,10 @@ def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None
         search=_search_settings(env),
         fetch_reader_url=env.get("EGRESS_FETCH_READER_URL") or None,
         fetch_reader_key=env.get("EGRESS_FETCH_READER_KEY") or None,
-        extract_workers=_bounded_number(env, "EGRESS_EXTRACT_WORKERS", default=1, low=1, high=64, kind=int),
-        extract_idle_exit_s=_bounded_number(
-            env, "EGRESS_EXTRACT_IDLE_EXIT_S", default=60.0, low=0.0, high=86_400.0, kind=float
-        ),
+        audit_on_failure=_audit_on_failure(pick("audit_on_failure", "EGRESS_AUDIT_ON_FAILURE")),
+        audit_max_bytes=int(_number(env.get("EGRESS_AUDIT_MAX_BYTES"), "EGRESS_AUDIT_MAX_BYTES", 0, integer=True)),
+        audit_keep_files=int(_number(env.get("EGRESS_AUDIT_KEEP_FILES"), "EGRESS_AUDIT_KEEP_FILES", 5, integer=True)),
+        audit_aggregate_s=_number(env.get("EGRESS_AUDIT_AGGREGATE_S"), "EGRESS_AUDIT_AGGREGATE_S", 10.0),
+        extract_workers=int(_number(env.get("EGRESS_EXTRACT_WORKERS"), "EGRESS_EXTRACT_WORKERS", 1, integer=True)),
+        extract_idle_exit_s=_number(env.get("EGRESS_EXTRACT_IDLE_EXIT_S"), "EGRESS_EXTRACT_IDLE_EXIT_S", 60.0),
     )

@@ -162,7 +162,7 @@ def _job(
             "status": status,
             "headers": dict(headers),
             "base_url": base_url,
-            "limits": {name: getattr(limits, name) for name in RenderLimits.__slots__},
+            "limits": limits.to_wire(),
         }
     )
     size = FRAME.size + len(header) + len(body)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.tools.extract.render_options import DEFAULT_RENDER_OPTIONS, RenderOptions
 
 PDF_TYPES = frozenset({"application/pdf", "application/x-pdf"})
 PDF_MAGIC = b"%PDF-"
@@ -24,10 +25,31 @@ class RenderLimits:
 
     max_chars: int
     convert_html: bool = True
+    options: RenderOptions = DEFAULT_RENDER_OPTIONS
     max_pdf_pages: int = 200
     # Past this the PDF keeps the pages read so far (sourceTruncated); the pool's hard limit,
     # which replaces the worker, is a little later.
     pdf_time_s: float = 10.0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "max_chars": self.max_chars,
+            "convert_html": self.convert_html,
+            "options": {"format": self.options.format, "links": self.options.links},
+            "max_pdf_pages": self.max_pdf_pages,
+            "pdf_time_s": self.pdf_time_s,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> RenderLimits:
+        options = data["options"]
+        return cls(
+            max_chars=int(data["max_chars"]),
+            convert_html=bool(data["convert_html"]),
+            options=RenderOptions(options["format"], options["links"]),
+            max_pdf_pages=int(data["max_pdf_pages"]),
+            pdf_time_s=float(data["pdf_time_s"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +138,7 @@ def render_page(
         if challenge is not None:
             return RenderedPage(challenge=challenge)
         if decoded.kind == "html" and limits.convert_html:
-            extraction = html_to_markdown(decoded.text, base_url, max_chars=limits.max_chars)
+            extraction = html_to_markdown(decoded.text, base_url, max_chars=limits.max_chars, options=limits.options)
             return RenderedPage(
                 extraction.markdown,
                 extraction.title,

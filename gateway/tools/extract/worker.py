@@ -54,7 +54,7 @@ def run_job(payload: bytes) -> dict[str, Any]:
     (header_size,) = FRAME.unpack_from(payload)
     header = orjson.loads(payload[FRAME.size : FRAME.size + header_size])
     body = payload[FRAME.size + header_size :]
-    limits = RenderLimits(**header["limits"])
+    limits = RenderLimits.from_wire(header["limits"])
     try:
         page = render_page(
             body, header["content_type"], header["status"], header["headers"], header["base_url"], limits=limits
