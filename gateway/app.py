@@ -13,12 +13,15 @@ import gc
 import hashlib
 import logging
 import signal
+from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
 
+from gateway import __version__
 from gateway.budget import BudgetStore, open_store
 from gateway.egress.client import GuardedClient
 from gateway.egress.connect import build_ssl_context
+from gateway.egress.own_addresses import own_addresses
 from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
@@ -35,12 +38,23 @@ from gateway.tools.call_guard import ToolCalls
 from gateway.tools.extract.pool import ExtractionPool
 from gateway.tools.fetch import FetchTool, ReaderService
 from gateway.tools.robots import RobotsCache
+from gateway.tools.search.registry import engines_from_settings
 from gateway.tools.search.tool import SearchTool
 
 log = logging.getLogger("egress_gateway")
 
 POLICY_POLL_INTERVAL_S = 1.0
 STORE_PING_INTERVAL_S = 2.0
+
+
+def redact_url(url: str) -> str:
+    """A URL without its user and password (a Redis URL's credentials never reach a log)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, f"***@{netloc}", parts.path, parts.query, parts.fragment))
 
 
 def policy_file_sha256(path: str) -> str:
@@ -140,7 +154,10 @@ class Gateway:
         """The resolver, egress core, guarded client and extraction pool (inside the loop)."""
         self.resolver = Resolver(self.settings.nameservers, timeout_s=self.settings.dns_timeout_s)
         self.core = EgressCore(
-            self.resolver, lambda: self.policy.current, self.settings.listen_addresses, on_dns=_record_dns
+            self.resolver,
+            lambda: self.policy.current,
+            own_addresses(listen.host for listen in self.settings.listen_addresses),
+            on_dns=_record_dns,
         )
         self.core.admission = self.audit.refusal
         self.client = GuardedClient(self.core, self.ssl_context, self.settings.user_agent)
@@ -157,11 +174,34 @@ class Gateway:
         self._listeners_bound = True
         self._background.append(spawn(self._watch_policy_file(), name="policy-watch"))
         self._background.append(spawn(self._watch_store(), name="store-watch"))
-        log.info(
-            "egress-gateway listening: proxy %s, api %s, admin %s",
-            self.settings.proxy_listen,
-            self.settings.api_listen,
-            self.settings.admin_listen,
+        log.info("%s", self.startup_summary())
+
+    def startup_summary(self) -> str:
+        """One line saying what is in force, for the operator reading the start-up log."""
+        settings = self.settings
+        loaded = self.policy.current
+        policy = loaded.policy
+        engines = engines_from_settings(
+            settings.search.engines,
+            settings.search.keys,
+            settings.search.urls,
+            template_url=settings.search.template_url,
+            template_key=settings.search.template_key,
+            searxng_url=settings.search.urls.get("searxng"),
+            mediawiki_url=settings.search.urls.get("mediawiki"),
+        )
+        enabled = [engine.name for engine in engines if engine.enabled]
+        skipped = [f"{engine.name} (no key)" for engine in engines if not engine.enabled]
+        return (
+            f"egress-gateway {__version__} serving: policy {settings.policy_path} generation {loaded.generation} "
+            f"sha256 {self.policy_sha256[:16]}, mode {policy.defaults.mode}, "
+            f"principals {', '.join(sorted(policy.principals)) or 'none'}; "
+            f"proxy {settings.proxy_listen}, api {settings.api_listen}, admin {settings.admin_listen}; "
+            f"engines {', '.join(enabled) or 'none'}; skipped {', '.join(skipped) or 'none'}; "
+            f"store {redact_url(settings.redis_url) if settings.redis_url else 'memory'}; "
+            f"CA bundle certifi{' + ' + settings.ca_bundle if settings.ca_bundle else ''}; "
+            f"audit {settings.audit_log} (on failure {settings.audit_on_failure}); "
+            f"nameservers {', '.join(settings.nameservers) or 'resolv.conf'}"
         )
 
     def tools_api(self) -> ToolsApi:
