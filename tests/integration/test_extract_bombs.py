@@ -29,7 +29,7 @@ from tests.harness.origins import HarnessLoop, Origin, OriginFactory
 
 SMALL_BOMB_BYTES = 32 * 1024  # converted inline before the fix: ~0.9 s of frozen loop each
 LARGE_BOMB_BYTES = 1024 * 1024  # minutes of conversion before the fix
-CONVERT_TIMEOUT_S = 2.0
+CONVERT_TIMEOUT_S = 1.0
 # Wide for a loaded 2-core machine; the inline conversion of one small bomb took ~900 ms.
 MAX_HEALTHZ_LATENCY_S = 0.3
 PING_INTERVAL_S = 0.005

@@ -4,8 +4,8 @@ Owns the extraction workers: separate processes (`python -m gateway.tools.extrac
 plain subprocess: no multiprocessing resource tracker, no fork of the daemon's loop and sockets)
 that run the CPU-heavy part of web_fetch. A native parse of 2 MiB holds the GIL for tens of
 milliseconds, which a thread would not hide, and a hostile page (an HTML or PDF bomb) can take
-minutes: each conversion has a hard time limit after which its worker is killed and replaced,
-and the call gets `too_large`, so one page delays the calls queued behind it by at most that
+minutes: each conversion has a hard limit on the worker's CPU time after which the worker is killed
+and replaced, and the call gets `too_large`, so one page delays the calls queued behind it by at most that
 limit. Workers start on first use and exit after a quiet spell; one by default, since the
 footprint of every pod pays for each. Pages small enough that the worst case converts within
 ~20 ms are handled inline: the round trip would cost more than the work. PDFs always go to a
@@ -21,6 +21,7 @@ import struct
 import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -42,6 +43,8 @@ RETIRE_TIMEOUT_S = 2.0
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 FRAME = struct.Struct(">I")
 WRITE_SLICE_BYTES = 256 * 1024
+CPU_POLL_S = 0.1
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class WorkerGone(Exception):
@@ -126,6 +129,40 @@ class ExtractionWorker:
             raise WorkerGone("malformed answer") from None
         return decoded
 
+    def cpu_seconds(self) -> float | None:
+        """CPU time the worker has used so far (user + system), None where /proc cannot tell."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+        except (OSError, ValueError, IndexError):
+            return None
+
+    async def convert_within(self, job: tuple[bytes, bytes], limit_s: float) -> dict[str, Any]:
+        """`convert`, or TimeoutError once the job has used `limit_s` of the worker's CPU time.
+
+        CPU time, not wall time: the worker runs niced, and on a busy node a page that needs half
+        a second of CPU can wait many seconds for it; only a page that burns the CPU is a bomb.
+        Where /proc is missing the limit is wall time. The fetch's own deadline bounds the wait.
+        """
+        started = self.cpu_seconds()
+        if started is None:
+            async with asyncio.timeout(limit_s):
+                return await self.convert(job)
+        job_task = spawn(self.convert(job), name="extraction-job")
+        try:
+            while True:
+                done, _ = await asyncio.wait({job_task}, timeout=CPU_POLL_S)
+                if done:
+                    return job_task.result()
+                used = self.cpu_seconds()
+                if used is None or used - started > limit_s:
+                    raise TimeoutError
+        finally:
+            if not job_task.done():
+                job_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, WorkerGone):
+                    await job_task
+
     def _close_pipes(self) -> None:
         # Through the transports, which own the pipes: closing a pipe's file under a live
         # transport leaves its fd number registered with the loop, and the next pipe gets it.
@@ -203,12 +240,12 @@ class ExtractionPool:
         async with self._slots:
             worker = await self._take()
             try:
-                async with asyncio.timeout(time_limit_s):
-                    answer = await worker.convert(job)
+                answer = await worker.convert_within(job, time_limit_s)
             except TimeoutError:
                 await self._discard(worker)
                 raise GatewayError(
-                    ErrorCode.TOO_LARGE, f"conversion time cap hit: the page took over {time_limit_s:g} s to convert"
+                    ErrorCode.TOO_LARGE,
+                    f"conversion time cap hit: the page took over {time_limit_s:g} CPU seconds to convert",
                 ) from None
             except WorkerGone:
                 await self._discard(worker)
