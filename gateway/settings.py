@@ -97,6 +97,7 @@ class Settings:
     audit_aggregate_s: float = 10.0
     extract_workers: int = 1
     extract_idle_exit_s: float = 60.0
+    audit_http_paths: bool = True
 
     def __repr__(self) -> str:
         return (
@@ -178,6 +179,17 @@ def _number(text: str | None, setting: str, default: float, *, integer: bool = F
     if value < 0:
         raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} must not be negative")
     return value
+
+
+def _switch(text: str | None, setting: str, *, default: bool) -> bool:
+    if text is None or not text.strip():
+        return default
+    value = text.strip().lower()
+    if value in {"on", "true", "yes", "1"}:
+        return True
+    if value in {"off", "false", "no", "0"}:
+        return False
+    raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} is not on or off")
 
 
 def _audit_on_failure(text: str | None) -> str:
@@ -355,4 +367,5 @@ def _build(env: Mapping[str, str], flags: Mapping[str, str | None]) -> Settings:
         audit_aggregate_s=_number(env.get("EGRESS_AUDIT_AGGREGATE_S"), "EGRESS_AUDIT_AGGREGATE_S", 10.0),
         extract_workers=int(_number(env.get("EGRESS_EXTRACT_WORKERS"), "EGRESS_EXTRACT_WORKERS", 1, integer=True)),
         extract_idle_exit_s=_number(env.get("EGRESS_EXTRACT_IDLE_EXIT_S"), "EGRESS_EXTRACT_IDLE_EXIT_S", 60.0),
+        audit_http_paths=_switch(env.get("EGRESS_AUDIT_HTTP_PATHS"), "EGRESS_AUDIT_HTTP_PATHS", default=True),
     )
