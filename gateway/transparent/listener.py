@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import os
 import socket
 import time
@@ -25,6 +26,7 @@ from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
+from gateway.policy.decide import decide_destination, internal_exceptions
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.sni import MAX_PEEK_BYTES
@@ -36,7 +38,7 @@ from gateway.transparent.destination import pin_destination, raw_rules_for_port
 from gateway.transparent.identify import FlightKind, classify_first_flight, describe_seen
 from gateway.transparent.original_dst import original_destination
 from gateway.transparent.ports import assign_ports
-from gateway.vet.addresses import IPAddress
+from gateway.vet.addresses import AddressGuard, IPAddress
 from gateway.vet.urls import VettedHost, vet_host
 
 KIND = "transparent"
@@ -64,6 +66,9 @@ class TransparentListener:
         self.http = http
         self.loop: asyncio.AbstractEventLoop | None = None
         self.connections: set[TransparentConnection] = set()
+        # Open transparent tunnels with their port's uid and whether they are raw TCP exceptions,
+        # for `revalidate` (closed ones are pruned as they are met).
+        self.open: dict[Tunnel, tuple[int | None, bool]] = {}
         self._servers: list[asyncio.AbstractServer] = []
 
     async def start(self, addresses: tuple[ListenAddress, ...], uids: list[int]) -> None:
@@ -86,6 +91,21 @@ class TransparentListener:
             conn.abort("shutdown")
         if self.http is not None:
             self.http.close()
+
+    def revalidate(self, loaded: LoadedPolicy) -> None:
+        """After a reload: close every open tunnel the new policy would not allow now."""
+        guard = self.core.guard_for(loaded)
+        for tunnel, (uid, raw) in list(self.open.items()):
+            if tunnel.closed:
+                del self.open[tunnel]
+                continue
+            refusal = still_allowed(loaded, guard, tunnel, uid, raw=raw)
+            if refusal is None:
+                continue
+            del self.open[tunnel]
+            address = ipaddress.ip_address(tunnel.address)
+            self.record_deny(tunnel.principal, tunnel.connect_host, (address, tunnel.port), refusal, loaded.generation)
+            tunnel.close("policy_changed")
 
     def record_deny(
         self,
@@ -128,6 +148,33 @@ class TransparentListener:
         )
 
 
+def still_allowed(
+    loaded: LoadedPolicy, guard: AddressGuard, tunnel: Tunnel, uid: int | None, *, raw: bool
+) -> GatewayError | None:
+    """Why the current policy refuses an open tunnel, or None while it still allows it (report
+    mode never closes one)."""
+    try:
+        principal = principal_for_port(loaded, uid)
+    except GatewayError as error:
+        return error
+    if loaded.policy.mode_for(principal) == "report":
+        return None
+    address = ipaddress.ip_address(tunnel.address)
+    if raw:
+        rules = raw_rules_for_port(loaded.policy.transparent, tunnel.port)
+        if not any(rule.host == tunnel.connect_host and rule.ip in (None, address) for rule in rules):
+            return GatewayError(ErrorCode.POLICY_DENIED, f"{tunnel.connect_host}:{tunnel.port} is no longer in raw_tcp")
+    else:
+        host = VettedHost(tunnel.connect_host, address if tunnel.host_is_ip else None)
+        decision = decide_destination(loaded.policy, principal, host, tunnel.port)
+        if not decision.allowed:
+            return decision.to_error()
+    verdict = guard.vet(address, extra_allow=internal_exceptions(principal, tunnel.connect_host))
+    if not verdict.allowed:
+        return GatewayError(ErrorCode.BLOCKED_DESTINATION, f"{tunnel.connect_host} is now denied: {verdict.reason}")
+    return None
+
+
 def _format(original: tuple[IPAddress, int]) -> str:
     address, port = original
     return f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
@@ -158,6 +205,7 @@ class TransparentConnection(asyncio.Protocol):
         self.held = bytearray()
         self.tunnel: Tunnel | None = None
         self.deciding = False
+        self.raw = False
         self.closed = False
         self.eof = False
         self.deadline = LazyDeadline(self._timeout, listener.loop)
@@ -311,6 +359,7 @@ class TransparentConnection(asyncio.Protocol):
             if self.held or self.eof:
                 self._identify(final=self.eof)
             return
+        self.raw = True
         await self._open(matched)
 
     # opening ------------------------------------------------------------------------------------
@@ -384,6 +433,7 @@ class TransparentConnection(asyncio.Protocol):
             kind=KIND,
         )
         listener.tunnels.tunnels.add(tunnel)
+        listener.open[tunnel] = (self.uid, self.raw)
         held, self.held = bytes(self.held), bytearray()
         tunnel.start(held)
         if tunnel.closed:
