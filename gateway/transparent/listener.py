@@ -26,6 +26,7 @@ from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
+from gateway.observe.loop_metrics import CounterChild
 from gateway.policy.decide import decide_destination, internal_exceptions
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.deadline import LazyDeadline
@@ -43,6 +44,7 @@ from gateway.vet.urls import VettedHost, vet_host
 
 KIND = "transparent"
 LISTEN_BACKLOG = 4096
+MAX_CACHED_HOSTS = 4096
 
 _CONNECT_LATENCY = metrics.CONNECT_SECONDS.labels(KIND)
 
@@ -70,6 +72,8 @@ class TransparentListener:
         # for `revalidate` (closed ones are pruned as they are met).
         self.open: dict[Tunnel, tuple[int | None, bool]] = {}
         self._servers: list[asyncio.AbstractServer] = []
+        self._hosts: dict[str, VettedHost] = {}
+        self._counters: dict[tuple[str, str], CounterChild] = {}
 
     async def start(self, addresses: tuple[ListenAddress, ...], uids: list[int]) -> None:
         loop = self.loop = asyncio.get_running_loop()
@@ -91,6 +95,26 @@ class TransparentListener:
             conn.abort("shutdown")
         if self.http is not None:
             self.http.close()
+
+    def count(self, decision: str, code: str) -> None:
+        """`decisions_total{kind="transparent"}`, with the label children kept (a lookup per
+        connection showed in the setup rate)."""
+        key = (decision, code)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = metrics.DECISIONS.labels(KIND, decision, code)
+        counter.inc()
+
+    def vetted_host(self, name: str) -> VettedHost:
+        """`vet_host` behind a bounded cache: IDNA canonicalisation per connection costs more than
+        the rest of a cached decision, and agents reach the same few names again and again."""
+        host = self._hosts.get(name)
+        if host is None:
+            host = vet_host(name)
+            if len(self._hosts) >= MAX_CACHED_HOSTS:
+                self._hosts.clear()
+            self._hosts[name] = host
+        return host
 
     def revalidate(self, loaded: LoadedPolicy) -> None:
         """After a reload: close every open tunnel the new policy would not allow now."""
@@ -116,7 +140,7 @@ class TransparentListener:
         generation: int,
         **extra: str,
     ) -> None:
-        metrics.DECISIONS.labels(KIND, "deny", str(error.code)).inc()
+        self.count("deny", str(error.code))
         self.audit.decision(
             kind=KIND,
             principal=principal,
@@ -133,7 +157,7 @@ class TransparentListener:
     def record_allow(self, principal: Principal, target: PinnedTarget, original: tuple[IPAddress, int]) -> None:
         would = target.would_deny
         decision = "allow" if would is None else "would_deny"
-        metrics.DECISIONS.labels(KIND, decision, "" if would is None else str(would.code)).inc()
+        self.count(decision, "" if would is None else str(would.code))
         self.audit.decision(
             kind=KIND,
             principal=principal.name,
@@ -317,9 +341,13 @@ class TransparentConnection(asyncio.Protocol):
                     )
                 host = self._literal_host()
             else:
-                host = vet_host(server_name)
+                host = self.listener.vetted_host(server_name)
             host_name = host.name
-            target = await self.listener.core.pin(self.principal, host, self.original[1], loaded=loaded)
+            core = self.listener.core
+            # Without awaiting when the DNS cache answers (the same checks as `pin`).
+            target = core.pin_cached(self.principal, host, self.original[1], loaded) or await core.pin(
+                self.principal, host, self.original[1], loaded=loaded
+            )
             target = pin_destination(loaded.policy.transparent, target, self.original[0])
         except GatewayError as error:
             self._deny(error, host=host_name)
@@ -383,7 +411,7 @@ class TransparentConnection(asyncio.Protocol):
         except GatewayError as error:
             listener.tunnels.release(principal.name)
             listener.record_allow(principal, target, self.original)
-            metrics.DECISIONS.labels(KIND, "error", str(error.code)).inc()
+            listener.count("error", str(error.code))
             listener.audit.connection_closed(
                 kind=KIND,
                 principal=principal.name,
