@@ -76,6 +76,7 @@ def _open_audit(settings: Settings) -> AuditLog:
             max_bytes=settings.audit_max_bytes,
             keep_files=settings.audit_keep_files,
             aggregate_s=settings.audit_aggregate_s,
+            http_paths=settings.audit_http_paths,
         )
     except OSError as exc:
         raise GatewayError(

@@ -157,7 +157,7 @@ class TransparentListener:
     def record_allow(self, principal: Principal, target: PinnedTarget, original: tuple[IPAddress, int]) -> None:
         would = target.would_deny
         decision = "allow" if would is None else "would_deny"
-        self.count(decision, "" if would is None else str(would.code))
+        self.count(decision, "none" if would is None else str(would.code))
         self.audit.decision(
             kind=KIND,
             principal=principal.name,
