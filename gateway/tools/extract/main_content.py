@@ -31,6 +31,7 @@ from gateway.tools.extract.main_content_words import (
     SMALL_WIDGET,
     SMALL_WIDGET_CHARS,
     UNLIKELY,
+    WIDE_CHAR_EXTRA,
     ClassWeights,
     Strictness,
     comma_count,
@@ -229,7 +230,12 @@ def score_candidates(body: LexborNode, strictness: Strictness) -> CandidateScore
     inline_only, with_blocks = _split_divs(body)
     # Paragraph-like elements: Readability's list plus divs that hold only inline content.
     for element in [*body.css(SCORED_SELECTOR), *inline_only]:
-        _vote(scores, " ".join(element.text(deep=True).split()), element.parent)
+        raw = element.text(deep=True)
+        # A wide-script character reads as three: shorter raw text cannot reach the minimum
+        # (most cells of a big data table), so it is not collapsed and measured at all.
+        if len(raw) * (1 + WIDE_CHAR_EXTRA) < MIN_PARAGRAPH_CHARS:
+            continue
+        _vote(scores, " ".join(raw.split()), element.parent)
     # Text written straight into a div beside its blocks (paragraphs split by <br><br> under
     # an image box) is paragraphs too: Readability wraps such runs in <p>; they vote as
     # paragraphs whose parent is the div.
