@@ -159,7 +159,7 @@ def _is_fishy(
     if weight < 0:
         # A chrome-sounding class (`scrollblock`) on a box of several prose paragraphs names
         # its behaviour, not its content.
-        prose = sums[PARAGRAPHS] >= 1 and sums[CHARS] >= NEGATIVE_PROSE_CHARS
+        prose = sums[PARAGRAPHS] >= 2 and sums[CHARS] >= NEGATIVE_PROSE_CHARS
         return not (prose and sums[LINK_CHARS] * 10 < sums[CHARS])
     if sums[COMMAS] >= PROSE_COMMAS:
         return False
