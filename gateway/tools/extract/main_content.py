@@ -50,6 +50,8 @@ TAG_BASE_SCORE = {
     "h1": -5, "h2": -5, "h3": -5, "h4": -5, "h5": -5, "h6": -5, "th": -5,
 }  # fmt: skip
 MIN_PARAGRAPH_CHARS = 25
+# A block with more commas than this is a list of names or tags, not more of an article.
+MAX_VOTED_COMMAS = 20
 MAX_VOTE_LEVELS = 5
 TOP_CANDIDATES = 5
 # A small form is a search box or a comment form; a big one is an ASP.NET page wrapper.
@@ -59,6 +61,7 @@ EDIT_LINK = re.compile(r"[?&](?:ve)?action=(?:edit|submit)\b", re.I)
 EDIT_LINK_MAX_CHARS = 30
 EDIT_LINK_REMNANTS = " []|\n\t"
 MOST_OF_PAGE = 0.6
+NOSCRIPT_PAGE_CHARS = 2_000
 # Below this much text the strict pass probably threw the article away: retry looser.
 MIN_ARTICLE_CHARS = 500
 
@@ -69,6 +72,11 @@ def remove_hidden_and_junk(tree: LexborHTMLParser) -> None:
     Every removal loop runs innermost first: `decompose` frees the subtree, so a nested match
     must go before its ancestor does.
     """
+    # A page written for browsers without scripts puts its whole text in one <noscript>: that
+    # one is the page, not a fallback notice ("please enable JavaScript").
+    for noscript in tree.css("noscript"):
+        if text_length(noscript) >= NOSCRIPT_PAGE_CHARS:
+            noscript.unwrap()
     # Junk and chrome tags go whatever their contents, so one selector walk finds both.
     for node in reversed(tree.css(JUNK_AND_CHROME_SELECTOR)):
         node.decompose()
@@ -252,7 +260,7 @@ def _vote(scores: CandidateScores, text: str, parent: LexborNode | None) -> None
     length = reading_length(text)
     if length < MIN_PARAGRAPH_CHARS:
         return
-    vote = 1 + comma_count(text) + min(length // 100, 3)
+    vote = 1 + min(comma_count(text), MAX_VOTED_COMMAS) + min(length // 100, 3)
     ancestor = parent
     for level in range(MAX_VOTE_LEVELS):
         if ancestor is None or ancestor.tag in (None, "html", "-document"):
