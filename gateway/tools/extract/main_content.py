@@ -362,11 +362,14 @@ def gather_article(top: LexborNode, top_score: float, scores: CandidateScores) -
             continue
         if not sibling.is_element_node:
             continue
-        bonus = top_score * 0.2 if top_class and sibling.attributes.get("class") == top_class else 0
+        same_kind = bool(top_class) and sibling.tag == top.tag and sibling.attributes.get("class") == top_class
+        bonus = top_score * 0.2 if same_kind else 0
         score = scores.get(sibling)
         if (score is not None and score + bonus >= threshold) or (
-            sibling.tag == "p" and _reads_like_paragraph(sibling, scores.stats)
+            (sibling.tag == "p" or (same_kind and score is None)) and _reads_like_paragraph(sibling, scores.stats)
         ):
+            # A sibling of the top's own kind that got no votes (the next posts of a thread,
+            # their paragraphs too deep to vote this high) is taken when it reads as prose.
             article.append(sibling)
     return article
 
