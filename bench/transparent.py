@@ -213,7 +213,13 @@ def main() -> None:
         # A fast authoritative upstream, so the forwarders, not the upstream, are what is measured.
         processes.append(
             start_dnsmasq(
-                pod.inet, f"--listen-address={INET_V4}", "--port=53", f"--address=/{NAME}/{ORIGIN_V4}", "--user=root"
+                pod.inet,
+                f"--listen-address={INET_V4}",
+                "--port=53",
+                f"--address=/{NAME}/{ORIGIN_V4}",
+                # TTL 300 s as a real name has: the gateway's DNS cache is exercised as in production.
+                "--local-ttl=300",
+                "--user=root",
             )
         )
         policy = transparent_policy()
