@@ -7,12 +7,15 @@ set. `open_store` picks one; nothing else in the gateway names an implementation
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from gateway.budget.memory import MemoryBudgetStore
 from gateway.budget.model import BudgetCounts, Reservation, ToolLimits
-from gateway.budget.redis import RedisBudgetStore
-from gateway.budget.redis_connect import RedisUrlError
 from gateway.budget.store import BudgetStore
 from gateway.errors import ErrorCode, GatewayError
+
+if TYPE_CHECKING:
+    from gateway.budget.redis import RedisBudgetStore
 
 __all__ = [
     "BudgetCounts",
@@ -23,6 +26,15 @@ __all__ = [
     "ToolLimits",
     "open_store",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # redis-py costs ~7 MB PSS in every pod: it is imported only when Redis is configured.
+    if name == "RedisBudgetStore":
+        from gateway.budget.redis import RedisBudgetStore  # noqa: PLC0415
+
+        return RedisBudgetStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_store(
@@ -40,6 +52,9 @@ def open_store(
     budgeted calls. A malformed URL is `invalid_input` at start.
     """
     if redis_url:
+        from gateway.budget.redis import RedisBudgetStore  # noqa: PLC0415
+        from gateway.budget.redis_connect import RedisUrlError  # noqa: PLC0415
+
         try:
             return RedisBudgetStore(redis_url, namespace=namespace, ca_bundle=ca_bundle, min_replicas=min_replicas)
         except RedisUrlError as exc:
