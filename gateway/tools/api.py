@@ -38,9 +38,8 @@ def error_response(exc: GatewayError) -> web.Response:
     if exc.retry_after_s is not None:
         # Rounded up: a client that waits exactly this long must not be refused again.
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
-    status = exc.http_status
+    status = exc.status_on("api")
     if exc.code == ErrorCode.AUTH_REQUIRED:
-        status = 401
         headers["WWW-Authenticate"] = 'Bearer realm="egress-gateway"'
     return _json_response(exc.to_body(), status, headers)
 
@@ -141,7 +140,7 @@ class ToolsApi:
         would_deny = audit.pop("would_deny", None)
         would_deny_reason = audit.pop("would_deny_reason", None)
         if error is not None:
-            code, reason = str(error.code), error.message
+            code, reason = error.code, error.message
             decision, outcome = verdict_for(code), outcome_for_code(code)
         elif would_deny is not None:
             decision, code, reason, outcome = "would_deny", would_deny, would_deny_reason, "ok"
@@ -186,7 +185,7 @@ class ToolsApi:
         if not decision.allowed:
             if policy.mode_for(context.principal) == "enforce":
                 raise decision.to_error()
-            audit.update(would_deny=str(decision.code), would_deny_reason=decision.reason)
+            audit.update(would_deny=decision.code, would_deny_reason=decision.reason)
 
         async def work() -> dict[str, Any]:
             result = await self._fetch.fetch(args, vetted, context.principal, context.loaded, audit)

@@ -166,7 +166,7 @@ class FetchTool:
             await self._check_robots(vetted, principal, loaded, deadline)
         response = await self._get(vetted, principal, loaded, deadline)
         if response.would_deny is not None:
-            audit["would_deny"] = str(response.would_deny.code)
+            audit["would_deny"] = response.would_deny.code
             audit["would_deny_reason"] = response.would_deny.message
         metrics.FETCH_BODY_BYTES.labels(stage="wire").observe(response.wire_bytes)
         metrics.FETCH_BODY_BYTES.labels(stage="decoded").observe(len(response.body))

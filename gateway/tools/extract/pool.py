@@ -5,8 +5,8 @@ detection and HTML → markdown. Large bodies go to a small process pool (a nati
 holds the GIL for tens of milliseconds, which a thread would not hide); small ones are handled
 inline because the round trip would cost more than the work. The body crosses the process
 boundary as bytes, not as a decoded str: pickling 2 MiB of text holds the GIL for ~10 ms in the
-sending thread, copying bytes does not. Refusals come back as values (a GatewayError does not
-survive pickling). Never touches the network.
+sending thread, copying bytes does not. Refusals come back as values: the GatewayError itself
+(it pickles). Never touches the network.
 
 Starting the pool is kept off the event loop too: spawning a worker (resource tracker, fork+exec,
 pickled preparation data, the manager thread, first imports) held the loop for 7-10 ms, and
@@ -43,7 +43,7 @@ WORKER_NICE = 10
 
 @dataclass(frozen=True, slots=True)
 class RenderedPage:
-    """A body as page text, or the refusal (code, message) that stops it."""
+    """A body as page text, or the refusal (a GatewayError, which pickles) that stops it."""
 
     text: str = ""
     title: str = ""
@@ -51,11 +51,11 @@ class RenderedPage:
     links: tuple[Link, ...] = ()
     source_truncated: bool = False
     challenge: str | None = None
-    refusal: tuple[ErrorCode, str] | None = None
+    refusal: GatewayError | None = None
 
     def raise_refusal(self) -> None:
         if self.refusal is not None:
-            raise GatewayError(*self.refusal)
+            raise self.refusal
 
 
 def render_page(
@@ -93,7 +93,7 @@ def render_page(
         text = decoded.text
         return RenderedPage(text[:max_chars], "", decoded.content_type, (), len(text) > max_chars)
     except GatewayError as exc:
-        return RenderedPage(refusal=(exc.code, exc.message))
+        return RenderedPage(refusal=exc)
 
 
 def _init_worker() -> None:
