@@ -34,6 +34,8 @@ class ErrorCode(StrEnum):
     UNAVAILABLE = "unavailable"
     STORE_UNAVAILABLE = "store_unavailable"
     POLICY_CHANGED = "policy_changed"
+    DESTINATION_MISMATCH = "destination_mismatch"
+    PROTOCOL_UNKNOWN = "protocol_unknown"
     AUDIT_UNAVAILABLE = "audit_unavailable"
 
 
@@ -60,6 +62,8 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.POLICY_CHANGED: 409,
+    ErrorCode.DESTINATION_MISMATCH: 403,
+    ErrorCode.PROTOCOL_UNKNOWN: 403,
     ErrorCode.AUDIT_UNAVAILABLE: 503,
 }
 

@@ -161,6 +161,7 @@ class Tunnel:
         "generation",
         "host_is_ip",
         "idle_s",
+        "kind",
         "last_activity",
         "owner",
         "peek_buffer",
@@ -190,8 +191,11 @@ class Tunnel:
         idle_s: float,
         lifetime_s: float,
         deadline: LazyDeadline,
+        kind: str = "connect",
     ) -> None:
         self.owner = owner
+        # The audit kind: "connect" here, "transparent" for a redirected connection.
+        self.kind = kind
         self.audit = audit
         self.client = client
         self.upstream = upstream
@@ -248,7 +252,7 @@ class Tunnel:
             if refusal is not None:
                 _SNI_DENIED.inc()
                 self.audit.decision(
-                    kind="connect",
+                    kind=self.kind,
                     principal=self.principal,
                     host=self.connect_host,
                     port=self.port,
@@ -351,7 +355,7 @@ class Tunnel:
         if self.bytes_down:
             _DOWN.inc(self.bytes_down)
         self.audit.connection_closed(
-            kind="connect",
+            kind=self.kind,
             principal=self.principal,
             host=self.connect_host,
             port=self.port,
