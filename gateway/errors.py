@@ -142,13 +142,6 @@ class GatewayError(Exception):
         return status_for(self.code, surface)
 
     @property
-    def http_status(self) -> int:
-        """The status on the tools API (`status_on("api")`), 407 kept for credentials."""
-        if self.status_override is not None:
-            return self.status_override
-        return HTTP_STATUS[self.code]
-
-    @property
     def retryable(self) -> bool:
         return self.code in RETRYABLE
 

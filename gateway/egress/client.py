@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ssl
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import aiohttp
 import yarl
@@ -61,7 +60,6 @@ class FetchedResponse:
     redirects: tuple[str, ...]
     address: str
     generation: int
-    timings: dict[str, float] = field(default_factory=dict)
     # Report mode: the first denial a hop would have met under enforce, for the audit log.
     would_deny: GatewayError | None = None
 
@@ -151,7 +149,6 @@ class GuardedClient:
             force_close=True,
             limit=1,
         )
-        started = time.perf_counter()
         async with aiohttp.ClientSession(
             connector=connector,
             cookie_jar=aiohttp.DummyCookieJar(),
@@ -170,7 +167,6 @@ class GuardedClient:
                     data=body,
                     allow_redirects=False,
                 ) as resp:
-                    connected = time.perf_counter()
                     # aiohttp refuses only past a ceiling, and says so in a type shared with other
                     # malformed heads: the cap itself is counted here, so it is named as such.
                     if len(resp.raw_headers) > limits.max_headers:
@@ -201,7 +197,6 @@ class GuardedClient:
                         redirects=(),
                         address=str(peer[0]) if peer else str(target.addresses[0]),
                         generation=target.generation,
-                        timings={"dns_s": target.dns_s, "response_s": connected - started},
                     )
                     return fetched, location
 

@@ -84,10 +84,6 @@ class VettedHost:
     name: str
     ip: IPAddress | None
 
-    @property
-    def is_ip(self) -> bool:
-        return self.ip is not None
-
 
 @dataclass(frozen=True, slots=True)
 class VettedUrl:

@@ -184,11 +184,10 @@ def test_reload_of_a_bad_file_keeps_the_last_good_policy_and_generation(tmp_path
     assert holder.current.policy.principals["default"].tools.fetch
 
     path.write_text("version: 1\nprincipals: {default: {tools: {search: true}}}\n")
-    assert holder.changed_on_disk()
     assert holder.reload() is True
     assert holder.current.generation == 2
     assert holder.current.policy.principals["default"].tools.search
-    assert not holder.changed_on_disk()
+    assert holder.poll() is False  # nothing changed since
     assert outcomes == [(False, 1), (True, 2)]
 
 

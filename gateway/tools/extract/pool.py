@@ -139,10 +139,6 @@ class ExtractionPool:
             raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down") from None
         return pool
 
-    async def start(self) -> None:
-        """Start the workers off the loop; the first large page awaits this if no one called it."""
-        await self._executor()
-
     async def _executor(self) -> ProcessPoolExecutor:
         if self._closed:
             raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
