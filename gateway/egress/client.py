@@ -157,6 +157,10 @@ class GuardedClient:
             max_line_size=limits.max_header_line_bytes,
             max_field_size=limits.max_header_line_bytes,
             max_headers=limits.max_headers * HEADER_COUNT_CEILING_FACTOR,
+            # uvloop 0.23 loses the tail of a TLS stream whose peer closes without close_notify
+            # while reading is paused by flow control (uvloop PR 661). A read buffer as large as
+            # the wire cap never pauses below the cap, and the body is bounded by it anyway.
+            read_bufsize=limits.max_wire_bytes + READ_CHUNK_BYTES,
             skip_auto_headers=("User-Agent",),
         ) as session:
             with mapped_io_errors(target):
