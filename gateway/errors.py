@@ -101,6 +101,9 @@ def status_for(code: ErrorCode, surface: Surface) -> int:
     return HTTP_STATUS[code]
 
 
+# Origin statuses worth retrying (besides 5xx): request timeout, too early, too many requests.
+RETRYABLE_STATUSES: frozenset[int] = frozenset({408, 425, 429})
+
 MAX_MESSAGE_CHARS = 500
 
 
@@ -143,6 +146,13 @@ class GatewayError(Exception):
 
     @property
     def retryable(self) -> bool:
+        """True only when the same call can succeed later: an origin's 404 or a certificate the
+        gateway does not trust fails the same way every time."""
+        if self.code == ErrorCode.UPSTREAM_STATUS:
+            status = self.extra.get("status")
+            return not isinstance(status, int) or status >= 500 or status in RETRYABLE_STATUSES
+        if self.code == ErrorCode.CONNECT_FAILURE and "TLS certificate" in self.message:
+            return False
         return self.code in RETRYABLE
 
     def to_body(self) -> dict[str, Any]:

@@ -154,6 +154,18 @@ def _search_settings(env: Mapping[str, str]) -> SearchEngineSettings:
     )
 
 
+DEFAULT_POLICY = "policies/default.yaml"
+# The source tree's copy, for a command run from another directory (`.venv/bin/egress-gateway check`).
+_SOURCE_POLICY = Path(__file__).resolve().parent.parent / DEFAULT_POLICY
+
+
+def default_policy_path() -> str:
+    """`policies/default.yaml` of the working directory, else of the source tree it runs from."""
+    if not Path(DEFAULT_POLICY).exists() and _SOURCE_POLICY.exists():
+        return str(_SOURCE_POLICY)
+    return DEFAULT_POLICY
+
+
 def _number(text: str | None, setting: str, default: float, *, integer: bool = False) -> float:
     if text is None or not text.strip():
         return default
@@ -313,7 +325,7 @@ def _build(env: Mapping[str, str], flags: Mapping[str, str | None]) -> Settings:
             ErrorCode.INVALID_INPUT, f"EGRESS_LOG_LEVEL: {log_level!r} is not debug, info, warning or error"
         )
     return Settings(
-        policy_path=pick("policy", "EGRESS_POLICY", "policies/default.yaml") or "policies/default.yaml",
+        policy_path=pick("policy", "EGRESS_POLICY") or default_policy_path(),
         proxy_listen=parse_listen(
             pick("proxy_listen", "EGRESS_PROXY_LISTEN", "127.0.0.1:3128") or "", "EGRESS_PROXY_LISTEN"
         ),

@@ -84,6 +84,8 @@ class TransparentListener:
             server.close()
         for conn in list(self.connections):
             conn.abort("shutdown")
+        if self.http is not None:
+            self.http.close()
 
     def record_deny(
         self,
@@ -137,6 +139,9 @@ class HttpHandOver:
     def take_over(
         self, transport: asyncio.Transport, uid: int | None, original: tuple[IPAddress, int], first: bytes
     ) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
         raise NotImplementedError
 
 
