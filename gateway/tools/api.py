@@ -19,7 +19,7 @@ from aiohttp import web
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import CONNECTION_ID_HEADER, AuditLog, new_connection_id, outcome_for_code, verdict_for
-from gateway.policy.decide import authenticate, decide_name
+from gateway.policy.decide import authenticate, decide_destination
 from gateway.policy.model import LoadedPolicy
 from gateway.tools.call_guard import CallContext, ToolCalls, parse_budget_id, require_tool
 from gateway.tools.fetch import FetchTool, parse_fetch_args
@@ -178,10 +178,10 @@ class ToolsApi:
         vetted = self._fetch.vet(args, context.loaded)
         audit.update(host=vetted.host.name, port=vetted.port)
         # A destination the policy refuses costs no reservation (issue 5): decide before reserving
-        # (the port and host form were decided by `vet`). The egress core decides again, with
+        # (form, in-cluster names, then the name). The egress core decides again, with
         # DNS, inside the call and on every redirect hop.
         policy = context.loaded.policy
-        decision = decide_name(policy, context.principal, vetted.host)
+        decision = decide_destination(policy, context.principal, vetted.host, vetted.port)
         audit.update(rule=decision.rule, rule_pattern=decision.pattern)
         if not decision.allowed:
             if policy.mode_for(context.principal) == "enforce":
