@@ -124,6 +124,7 @@ class GatewayError(Exception):
         status: int | None = None,
         retry_after_s: float | None = None,
         extra: dict[str, Any] | None = None,
+        permanent: bool = False,
     ) -> None:
         self.code = ErrorCode(code)
         self.message = one_line(message)
@@ -131,12 +132,21 @@ class GatewayError(Exception):
         self.status_override = status
         self.retry_after_s = retry_after_s
         self.extra = extra or {}
+        # Set where the failure is known to repeat (a certificate the gateway does not trust):
+        # decided by the I/O boundary from the exception's type, never from the message text.
+        self.permanent = permanent
         super().__init__(f"{code}: {self.message}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Exception pickles its args (the one formatted string): rebuild from the fields instead,
         # so an extraction worker can hand a GatewayError back across the process boundary.
-        return (_rebuild, (self.code, self.message, self.status_override, self.retry_after_s, self.extra))
+        options = {
+            "status": self.status_override,
+            "retry_after_s": self.retry_after_s,
+            "extra": self.extra,
+            "permanent": self.permanent,
+        }
+        return (_rebuild, (self.code, self.message, options))
 
     def status_on(self, surface: Surface) -> int:
         # A credential refusal is the surface's own challenge (401 or 407) whatever was asked for.
@@ -151,7 +161,7 @@ class GatewayError(Exception):
         if self.code == ErrorCode.UPSTREAM_STATUS:
             status = self.extra.get("status")
             return not isinstance(status, int) or status >= 500 or status in RETRYABLE_STATUSES
-        if self.code == ErrorCode.CONNECT_FAILURE and "TLS certificate" in self.message:
+        if self.permanent:
             return False
         return self.code in RETRYABLE
 
@@ -166,7 +176,5 @@ class GatewayError(Exception):
         return {"error": error}
 
 
-def _rebuild(
-    code: ErrorCode, message: str, status: int | None, retry_after_s: float | None, extra: dict[str, Any]
-) -> GatewayError:
-    return GatewayError(code, message, status=status, retry_after_s=retry_after_s, extra=extra)
+def _rebuild(code: ErrorCode, message: str, options: dict[str, Any]) -> GatewayError:
+    return GatewayError(code, message, **options)

@@ -56,7 +56,10 @@ def io_error(exc: BaseException, target: PinnedTarget) -> GatewayError:
             return GatewayError(ErrorCode.TOO_LARGE, f"{target.name} sent a response header line over the cap")
         return GatewayError(ErrorCode.CONNECT_FAILURE, f"{target.name} sent a malformed response head")
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        return GatewayError(ErrorCode.CONNECT_FAILURE, describe_connect_error(exc.certificate_error, target))
+        # The same certificate fails the same way on a retry: not retryable.
+        return GatewayError(
+            ErrorCode.CONNECT_FAILURE, describe_connect_error(exc.certificate_error, target), permanent=True
+        )
     if isinstance(exc, aiohttp.ClientConnectorError):
         return GatewayError(ErrorCode.CONNECT_FAILURE, describe_connect_error(exc.os_error, target))
     if isinstance(exc, aiohttp.ClientPayloadError):
@@ -70,7 +73,8 @@ def io_error(exc: BaseException, target: PinnedTarget) -> GatewayError:
     if isinstance(exc, aiohttp.ClientError):
         return GatewayError(ErrorCode.CONNECT_FAILURE, f"request to {target.name} failed: {exc.__class__.__name__}")
     if isinstance(exc, OSError):  # ssl.SSLError and a kernel connect timeout (ETIMEDOUT) included
-        return GatewayError(ErrorCode.CONNECT_FAILURE, describe_connect_error(exc, target))
+        permanent = isinstance(exc, ssl.SSLCertVerificationError)
+        return GatewayError(ErrorCode.CONNECT_FAILURE, describe_connect_error(exc, target), permanent=permanent)
     raise TypeError(f"not a transport exception: {exc.__class__.__name__}") from exc
 
 

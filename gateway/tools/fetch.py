@@ -16,6 +16,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote
 
@@ -250,7 +251,8 @@ class FetchTool:
         if response.status >= 400:
             raise GatewayError(
                 ErrorCode.UPSTREAM_STATUS,
-                f"{vetted.host.name} answered {response.status} {response.reason}".strip(),
+                # The standard phrase, not the origin's: no error message quotes upstream bytes.
+                f"{vetted.host.name} answered {response.status} {_status_phrase(response.status)}".strip(),
                 extra={"status": response.status, "page": text[:ERROR_PAGE_CHARS]},
             )
         content_hash = hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -284,3 +286,10 @@ class FetchTool:
             "links": links,
             "notice": NOTICE,
         }
+
+
+def _status_phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""

@@ -31,12 +31,12 @@ def test_an_explicit_status_wins_on_both_surfaces(surface: Surface) -> None:
 
 def test_gateway_error_survives_pickling_with_every_field() -> None:
     error = GatewayError(
-        ErrorCode.UPSTREAM_STATUS, "origin answered 404", status=None, retry_after_s=2.5, extra={"status": 404}
+        ErrorCode.CONNECT_FAILURE, "origin failed", status=None, retry_after_s=2.5, extra={"n": 1}, permanent=True
     )
     copy = pickle.loads(pickle.dumps(error))
     assert isinstance(copy, GatewayError)
-    assert copy.code is ErrorCode.UPSTREAM_STATUS
-    assert (copy.message, copy.retry_after_s, copy.extra) == ("origin answered 404", 2.5, {"status": 404})
+    assert copy.code is ErrorCode.CONNECT_FAILURE
+    assert (copy.message, copy.retry_after_s, copy.extra, copy.permanent) == ("origin failed", 2.5, {"n": 1}, True)
     assert copy.to_body() == error.to_body()
     assert str(copy) == str(error)
 
