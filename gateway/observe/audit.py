@@ -130,18 +130,30 @@ def outcome_for_close(reason: str) -> str:
 class _Clock:
     """RFC 3339 UTC timestamps; the seconds part is formatted once per second."""
 
-    __slots__ = ("_second", "_text")
+    __slots__ = ("_prefix", "_second", "_text")
 
     def __init__(self) -> None:
         self._second = -1
-        self._text = ""
+        self._text = b""
+        self._prefix = b""
+
+    def _tick(self, second: int) -> None:
+        self._second = second
+        self._text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)).encode("ascii")
+        self._prefix = b'{"time":"' + self._text
 
     def timestamp(self, now: float) -> str:
         second = int(now)
         if second != self._second:
-            self._second = second
-            self._text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        return f"{self._text}.{int((now - second) * 1_000_000):06d}Z"
+            self._tick(second)
+        return f"{self._text.decode('ascii')}.{int((now - second) * 1_000_000):06d}Z"
+
+    def line_start(self, now: float) -> bytes:
+        """`{"time":"…","schema":N,` — the start every line shares, as bytes (the hot path)."""
+        second = int(now)
+        if second != self._second:
+            self._tick(second)
+        return b'%s.%06dZ","schema":%d,' % (self._prefix, int((now - second) * 1_000_000), SCHEMA_VERSION)
 
 
 _CLOCK = _Clock()
@@ -151,6 +163,13 @@ _SEQUENCE = itertools.count(1)
 
 def utc_timestamp(now: float | None = None) -> str:
     return _CLOCK.timestamp(time.time() if now is None else now)
+
+
+def client_fields(peer: object) -> dict[str, Any]:
+    """`client_ip` and `client_port` from a transport's `peername` (absent when unknown)."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return {"client_ip": str(peer[0]), "client_port": int(peer[1])}
+    return {}
 
 
 def new_connection_id() -> str:
@@ -169,6 +188,7 @@ class AuditLog:
         max_bytes: int = 0,
         keep_files: int = 1,
         aggregate_s: float = DEFAULT_AGGREGATE_S,
+        http_paths: bool = True,
     ) -> None:
         # Raises OSError for an unwritable destination: the daemon refuses to start without it.
         self._sink = (
@@ -176,6 +196,7 @@ class AuditLog:
         )
         self.destination = destination
         self.on_failure = on_failure
+        self.http_paths = http_paths
         self._pending: list[bytes] = []
         self._timer: asyncio.TimerHandle | None = None
         self._failure: str | None = None
@@ -213,16 +234,14 @@ class AuditLog:
         if self._sink is None:
             return
         now = record.pop("ts", None)
-        line = {
-            "time": _CLOCK.timestamp(now if isinstance(now, float) else time.time()),
-            "schema": SCHEMA_VERSION,
-            **record,
-        }
         pending = self._pending
         if self._failure is not None and len(pending) >= MAX_RETAINED_LINES:
             self._dropped += 1
             return
-        pending.append(orjson.dumps(line, default=str))
+        # The shared start as bytes, then the caller's fields without their opening brace: no
+        # second dict per line on the proxy's hot path.
+        start = _CLOCK.line_start(now if isinstance(now, float) else time.time())
+        pending.append(start + orjson.dumps(record, default=str)[1:])
         if self._failure is not None:
             return  # the retry timer writes them
         if len(pending) == 1:
@@ -287,6 +306,16 @@ class AuditLog:
         self.flush()
 
     # line builders ----------------------------------------------------------------------------
+    def http_path(self, target: bytes | str) -> str | None:
+        """A plain HTTP line's `path`: the request target's path without its query (a query can
+        carry a secret), or None when EGRESS_AUDIT_HTTP_PATHS is off."""
+        if not self.http_paths:
+            return None
+        text = target.decode("ascii", "replace") if isinstance(target, bytes) else target
+        if "://" in text:
+            text = "/" + text.split("://", 1)[1].partition("/")[2]
+        return text.partition("?")[0].partition("#")[0] or "/"
+
     def decision(
         self,
         *,

@@ -113,7 +113,7 @@ class TransparentListener:
     def record_allow(self, principal: Principal, target: PinnedTarget, original: tuple[IPAddress, int]) -> None:
         would = target.would_deny
         decision = "allow" if would is None else "would_deny"
-        metrics.DECISIONS.labels(KIND, decision, "" if would is None else str(would.code)).inc()
+        metrics.DECISIONS.labels(KIND, decision, "none" if would is None else str(would.code)).inc()
         self.audit.decision(
             kind=KIND,
             principal=principal.name,
