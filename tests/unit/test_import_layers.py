@@ -24,6 +24,7 @@ RANKS: dict[str, int] = {
     "memo": 0,
     "tasks": 0,
     "settings": 1,
+    "listener_guard": 2,  # connection budgets for the aiohttp listeners
     "vet": 1,
     "observe": 1,
     "policy": 2,
@@ -41,12 +42,19 @@ RANKS: dict[str, int] = {
 }
 
 
+# Modules whose rank is not their package's: `egress-gateway mcp` is a command (it builds the
+# daemon's wiring, as commands.py does) that lives beside the MCP protocol code.
+MODULE_RANKS: dict[str, str] = {"gateway.tools.mcp.command": "commands"}
+
+
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def part_of(module: str) -> str:
+    if module in MODULE_RANKS:
+        return MODULE_RANKS[module]
     pieces = module.split(".")
     return pieces[1] if len(pieces) > 1 else "gateway"
 
