@@ -28,6 +28,7 @@ from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.listener_guard import ListenerLimits, listener_limits, raise_open_files_limit, serve_guarded
+from gateway.memory import limit_heap_retention
 from gateway.observe import metrics
 from gateway.observe.admin import build_admin_app
 from gateway.observe.audit import AuditLog
@@ -122,6 +123,8 @@ class Gateway:
         if ok:
             self.policy_sha256 = policy_file_sha256(self.settings.policy_path)
             metrics.set_build_info(self.policy_sha256)
+            if self.transparent is not None:
+                self.transparent.revalidate(self.policy.current)
 
     def readiness(self) -> tuple[bool, dict[str, bool]]:
         """Proxy readiness: the store is not part of it (a Redis outage fails tool calls closed but
@@ -173,7 +176,7 @@ class Gateway:
         )
         self.core.admission = self.audit.refusal
         self.client = GuardedClient(self.core, self.ssl_context, self.settings.user_agent)
-        self.extraction = ExtractionPool()
+        self.extraction = ExtractionPool(self.settings.extract_workers, idle_exit_s=self.settings.extract_idle_exit_s)
         self._core_built = True
 
     async def start(self) -> None:
@@ -306,7 +309,7 @@ class Gateway:
         with contextlib.suppress(Exception):
             await self.store.close()
         await self.resolver.close()
-        self.extraction.close()
+        await self.extraction.close()
         self.audit.close()
 
 
@@ -317,6 +320,7 @@ def _interception_summary(settings: Settings) -> str:
 
 
 def run_daemon(settings: Settings) -> None:
+    limit_heap_retention()
     try:
         import uvloop  # noqa: PLC0415 - optional accelerator
     except ImportError:
