@@ -23,6 +23,7 @@ RANKS: dict[str, int] = {
     "errors": 0,
     "memo": 0,
     "tasks": 0,
+    "memory": 0,  # returning freed heap to the OS
     "settings": 1,
     "listener_guard": 2,  # connection budgets for the aiohttp listeners
     "vet": 1,
