@@ -122,6 +122,8 @@ class Gateway:
         if ok:
             self.policy_sha256 = policy_file_sha256(self.settings.policy_path)
             metrics.set_build_info(self.policy_sha256)
+            if self.transparent is not None:
+                self.transparent.revalidate(self.policy.current)
 
     def readiness(self) -> tuple[bool, dict[str, bool]]:
         """Proxy readiness: the store is not part of it (a Redis outage fails tool calls closed but
