@@ -110,37 +110,17 @@ class MemoryBudgetStore:
         state = self._state
         tool_key: _ToolKey = (principal, tool)
 
-        cooldown = state.cooldowns.get(tool_key)
-        if cooldown is not None and limits.min_interval_s > 0:
-            wait_s = cooldown.started_at + limits.min_interval_s - now
-            if wait_s > 0:
-                raise cooldown_denied(tool, wait_s)
-
+        self._check_cooldown(tool_key, limits, now)
         leases = state.leases.get(tool_key, {})
         for lease_id in [lid for lid, expiry in leases.items() if expiry <= now]:
             del leases[lease_id]
         if len(leases) >= limits.concurrent:
             raise concurrency_denied(tool, len(leases), limits)
-
-        windows: list[tuple[str, int, int]] = []  # name, index, spent
-        for name, length_s, limit in limits.window_limits():
-            index = int(now // length_s)
-            window = state.windows.get((principal, tool, name))
-            spent = window.spent if window is not None and window.index == index else 0
-            if spent >= limit:
-                raise window_exhausted(tool, name, limit, (index + 1) * length_s - now)
-            windows.append((name, index, spent))
-
+        windows = self._window_counts(tool_key, limits, now)
         step_key = _step_key(principal, tool, run_id, step_id)
         run_key = _run_key(principal, tool, run_id)
         id_keys = [key for key in (run_key, step_key) if key is not None]
-        live = state.live_ids.get(tool_key, {})
-        if id_keys:
-            for key in [k for k, expiry in live.items() if expiry <= now]:
-                del live[key]
-            new_ids = sum(1 for key in id_keys if key not in live)
-            if new_ids and len(live) + new_ids > limits.max_live_ids:
-                raise live_ids_exhausted(tool, limits)
+        live = self._check_live_ids(tool_key, id_keys, limits, now)
         step_spent = self._spent(step_key, now)
         if step_key is not None and step_spent >= limits.per_step:
             raise step_exhausted(tool, limits)
@@ -150,7 +130,7 @@ class MemoryBudgetStore:
 
         # Every check passed: only now is anything consumed.
         remaining_windows: dict[str, int] = {}
-        for (name, length_s, limit), (_, index, spent) in zip(limits.window_limits(), windows, strict=True):
+        for (name, length_s, limit), (index, spent) in zip(limits.window_limits(), windows, strict=True):
             state.windows[(principal, tool, name)] = _Window(index, spent + 1, (index + 1) * length_s)
             remaining_windows[name] = remaining(limit, spent + 1)
         ttl_s = self._counter_ttl_s if id_ttl_s is None else id_ttl_s
@@ -181,6 +161,39 @@ class MemoryBudgetStore:
             remaining_run=remaining_run,
             remaining_windows=remaining_windows,
         )
+
+    def _check_cooldown(self, tool_key: _ToolKey, limits: ToolLimits, now: float) -> None:
+        cooldown = self._state.cooldowns.get(tool_key)
+        if cooldown is not None and limits.min_interval_s > 0:
+            wait_s = cooldown.started_at + limits.min_interval_s - now
+            if wait_s > 0:
+                raise cooldown_denied(tool_key[1], wait_s)
+
+    def _window_counts(self, tool_key: _ToolKey, limits: ToolLimits, now: float) -> list[tuple[int, int]]:
+        """(index, spent) of each current window, shortest first; a spent window refuses."""
+        principal, tool = tool_key
+        counts: list[tuple[int, int]] = []
+        for name, length_s, limit in limits.window_limits():
+            index = int(now // length_s)
+            window = self._state.windows.get((principal, tool, name))
+            spent = window.spent if window is not None and window.index == index else 0
+            if spent >= limit:
+                raise window_exhausted(tool, name, limit, (index + 1) * length_s - now)
+            counts.append((index, spent))
+        return counts
+
+    def _check_live_ids(
+        self, tool_key: _ToolKey, id_keys: list[_CounterKey], limits: ToolLimits, now: float
+    ) -> dict[_CounterKey, float]:
+        """The principal's live ids (expired ones dropped); refuses ids that would pass the bound."""
+        live = self._state.live_ids.get(tool_key, {})
+        if id_keys:
+            for key in [k for k, expiry in live.items() if expiry <= now]:
+                del live[key]
+            new_ids = sum(1 for key in id_keys if key not in live)
+            if new_ids and len(live) + new_ids > limits.max_live_ids:
+                raise live_ids_exhausted(tool_key[1], limits)
+        return live
 
     async def release(self, reservation: Reservation) -> None:
         tool_key = (reservation.principal, reservation.tool)
