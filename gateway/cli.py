@@ -118,7 +118,7 @@ def _settings_from(args: argparse.Namespace) -> Settings:
 def _without_settings(args: argparse.Namespace) -> int:
     """Commands that read no Settings: the policy tools and the tool definitions."""
     if args.command == "tools":
-        from gateway.tools.mcp.command import print_tools  # noqa: PLC0415
+        from gateway.mcp_commands import print_tools  # noqa: PLC0415
 
         return print_tools(args.format)
     return _policy(args)
@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
         return asyncio.run(commands.check(settings, args.url, args.principal))
     if args.command == "mcp":
-        from gateway.tools.mcp import command as mcp_command  # noqa: PLC0415
+        from gateway import mcp_commands as mcp_command  # noqa: PLC0415
 
         if args.connect:
             return asyncio.run(mcp_command.bridge_stdio(args.connect, args.token, args.run_token))

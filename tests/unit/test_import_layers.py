@@ -38,14 +38,15 @@ RANKS: dict[str, int] = {
     "dnsguard": 6,  # answers for the transparent listener's principals
     "app": 7,
     "commands": 8,
+    "mcp_commands": 8,  # `egress-gateway mcp` and `tools`: builds the daemon's wiring as commands.py does
     "cli": 9,
     "__main__": 10,
 }
 
 
-# Modules whose rank is not their package's: `egress-gateway mcp` is a command (it builds the
-# daemon's wiring, as commands.py does) that lives beside the MCP protocol code.
-MODULE_RANKS: dict[str, str] = {"gateway.tools.mcp.command": "commands"}
+# Modules whose rank is not their package's name (none today; kept for a command module that
+# must live beside the code it drives).
+MODULE_RANKS: dict[str, str] = {}
 
 
 def module_name(path: Path) -> str:
