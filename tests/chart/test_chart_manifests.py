@@ -246,11 +246,13 @@ def test_secret_holds_engine_keys_and_agent_tokens(helm: Helm) -> None:
     data = render.one("Secret")["data"]
     decoded = {key: base64.b64decode(value).decode() for key, value in data.items()}
     assert decoded["EGRESS_SEARCH_TAVILY_KEY"] == "tvly-ci-not-a-real-key"
-    assert decoded["EGRESS_REDIS_URL"].startswith("redis://")
+    assert decoded["EGRESS_REDIS_URL"].startswith("redis+sentinel://")
+    assert decoded["EGRESS_RUN_TOKEN_SECRET"] == "ci-run-token-secret-not-a-real-one-0123"
     assert decoded["token-research-agent"] == "ci-token-not-secret"
     env = env_of(gateway_container(gateway_pod_spec(render)))
     for name in ("EGRESS_SEARCH_TAVILY_KEY", "EGRESS_SEARCH_EXA_KEY",
-                 "EGRESS_SEARCH_BRAVE_API_KEY", "EGRESS_FETCH_READER_KEY", "EGRESS_REDIS_URL"):  # fmt: skip
+                 "EGRESS_SEARCH_BRAVE_API_KEY", "EGRESS_FETCH_READER_KEY", "EGRESS_REDIS_URL",
+                 "EGRESS_RUN_TOKEN_SECRET"):  # fmt: skip
         assert env[name]["secretKeyRef"]["name"] == FULLNAME
     # Tokens are for agents; the gateway only knows their hashes from the policy.
     assert not any(name.startswith("token") for name in env)

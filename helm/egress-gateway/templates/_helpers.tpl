@@ -237,6 +237,9 @@ EGRESS_FETCH_READER_KEY: {{ . | b64enc | quote }}
 {{- with $s.redisUrl }}
 EGRESS_REDIS_URL: {{ . | b64enc | quote }}
 {{- end }}
+{{- with $s.runTokenSecret }}
+EGRESS_RUN_TOKEN_SECRET: {{ . | b64enc | quote }}
+{{- end }}
 {{- range $principal, $token := $s.agentTokens }}
 token-{{ $principal }}: {{ $token | b64enc | quote }}
 {{- end }}
@@ -269,7 +272,7 @@ token-{{ $principal }}: {{ $token | b64enc | quote }}
   value: {{ . | quote }}
 {{- end }}
 {{- $secretName := include "egress-gateway.secretName" . }}
-{{- range list "EGRESS_SEARCH_TAVILY_KEY" "EGRESS_SEARCH_EXA_KEY" "EGRESS_SEARCH_BRAVE_API_KEY" "EGRESS_FETCH_READER_KEY" "EGRESS_REDIS_URL" }}
+{{- range list "EGRESS_SEARCH_TAVILY_KEY" "EGRESS_SEARCH_EXA_KEY" "EGRESS_SEARCH_BRAVE_API_KEY" "EGRESS_FETCH_READER_KEY" "EGRESS_REDIS_URL" "EGRESS_RUN_TOKEN_SECRET" }}
 - name: {{ . }}
   valueFrom:
     secretKeyRef:
