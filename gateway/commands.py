@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 import yarl
@@ -11,6 +11,10 @@ import yarl
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.load import PolicyError
 from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+    from gateway.tools.api import ToolsApi
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -94,21 +98,33 @@ def _raw_host(url: str) -> str | None:
         return None
 
 
-async def _run_tool_once(settings: Settings, tool: str, payload: dict[str, object]) -> tuple[int, dict[str, Any]]:
-    """Run one tool call as the default principal; (exit code, result) with errors printed."""
-    from gateway.app import Gateway  # noqa: PLC0415
-    from gateway.tools.call_guard import CallContext  # noqa: PLC0415
+def in_process_tools(settings: Settings) -> tuple[Gateway, ToolsApi] | int:
+    """The daemon's wiring with no listener, for a command that runs the tools itself.
+
+    An exit code, with the reason on stderr, when the policy or a setting stops it being built.
+    """
+    from gateway.app import Gateway  # noqa: PLC0415 - the daemon's wiring, only for these commands
 
     try:
         gateway = Gateway(settings)
         gateway.build_core()
-        api = gateway.tools_api()
+        return gateway, gateway.tools_api()
     except PolicyError as exc:
         sys.stderr.write("\n".join(exc.errors) + "\n")
-        return EXIT_INVALID, {}
+        return EXIT_INVALID
     except GatewayError as exc:
         sys.stderr.write(f"egress-gateway: {exc.message}\n")
-        return EXIT_USAGE, {}
+        return EXIT_USAGE
+
+
+async def _run_tool_once(settings: Settings, tool: str, payload: dict[str, object]) -> tuple[int, dict[str, Any]]:
+    """Run one tool call as the default principal; (exit code, result) with errors printed."""
+    from gateway.tools.call_guard import CallContext  # noqa: PLC0415
+
+    built = in_process_tools(settings)
+    if isinstance(built, int):
+        return built, {}
+    gateway, api = built
     try:
         loaded = gateway.policy.current
         principal = loaded.policy.default_principal

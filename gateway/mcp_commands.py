@@ -17,12 +17,10 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway.commands import EXIT_OK, EXIT_USAGE, in_process_tools
 from gateway.errors import ErrorCode, GatewayError
-from gateway.policy.load import PolicyError
 from gateway.settings import Settings
 from gateway.tools.schemas import Tool, ToolFormat, render_tools
-
-EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
 def print_tools(fmt: ToolFormat) -> int:
@@ -31,23 +29,16 @@ def print_tools(fmt: ToolFormat) -> int:
 
 
 async def serve_stdio(settings: Settings, principal_name: str | None) -> int:
-    from gateway.app import Gateway  # noqa: PLC0415 - the daemon's wiring, only for this command
     from gateway.tools.call_guard import CallContext, parse_budget_id  # noqa: PLC0415
     from gateway.tools.mcp.protocol import RUN_META_KEY, STEP_META_KEY, McpCaller  # noqa: PLC0415
     from gateway.tools.mcp.stdio import line_handler, serve_lines  # noqa: PLC0415
 
     if settings.audit_log == "-":
         settings = dataclasses.replace(settings, audit_log="/dev/stderr")
-    try:
-        gateway = Gateway(settings)
-        gateway.build_core()
-        api = gateway.tools_api()
-    except PolicyError as exc:
-        sys.stderr.write("\n".join(exc.errors) + "\n")
-        return EXIT_INVALID
-    except GatewayError as exc:
-        sys.stderr.write(f"egress-gateway: {exc.message}\n")
-        return EXIT_USAGE
+    built = in_process_tools(settings)
+    if isinstance(built, int):
+        return built
+    gateway, api = built
     try:
         policy = gateway.policy.current.policy
         principal = policy.principals.get(principal_name) if principal_name else policy.default_principal

@@ -38,9 +38,9 @@ RANKS: dict[str, int] = {
     "dnsguard": 6,  # answers for the transparent listener's principals
     "app": 7,
     "commands": 8,
-    "mcp_commands": 8,  # `egress-gateway mcp` and `tools`: builds the daemon's wiring as commands.py does
-    "cli": 9,
-    "__main__": 10,
+    "mcp_commands": 9,  # `egress-gateway mcp` and `tools`: builds the daemon's wiring through commands.py
+    "cli": 10,
+    "__main__": 11,
 }
 
 
