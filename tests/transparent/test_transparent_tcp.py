@@ -232,6 +232,23 @@ def test_a_raw_tcp_exception_reaches_exactly_that_address(pod: Topology) -> None
         pod.gateway.send_signal(signal.SIGHUP)
 
 
+def test_an_excluded_cidr_and_port_are_left_alone_and_the_hole_closes_again(pod: Topology) -> None:
+    # The policy allows no raw TCP, so a banner reaching the agent proves the rules let it pass.
+    assert "SSH-2.0-world" not in pod.agent(sys.executable, "-c", RAW_CLIENT, ORIGIN_V4, "22").stdout
+    try:
+        for exclusion in (["--exclude-ports", "22"], ["--exclude-cidrs", f"{ORIGIN_V4}/32"]):
+            pod.redirect("--apply", *exclusion)
+            result = pod.agent(sys.executable, "-c", RAW_CLIENT, ORIGIN_V4, "22")
+            assert "SSH-2.0-world" in result.stdout, (exclusion, result.stderr)
+            # Only the excluded destination: another address on port 443 is still intercepted.
+            denied = pod.agent("curl", "-sS", "-o", "/dev/null", "--max-time", "5", "--resolve",
+                               f"blocked.example.net:443:{OTHER_V4}", "https://blocked.example.net/")  # fmt: skip
+            assert denied.returncode != 0
+    finally:
+        pod.redirect("--apply")
+    assert "SSH-2.0-world" not in pod.agent(sys.executable, "-c", RAW_CLIENT, ORIGIN_V4, "22").stdout
+
+
 def test_a_reload_that_denies_an_open_tunnel_closes_it(pod: Topology) -> None:
     assert pod.gateway is not None
     ca = str(pod.gateway_dir / "test-ca.pem")
