@@ -100,10 +100,12 @@ class ForwardDispatcher:
         settings = loaded.policy.proxy
         exchange.max_response_bytes = settings.max_response_bytes
         exchange.response_idle_s = settings.idle_timeout_s
+        exchange.response_head_s = settings.response_head_timeout_s
+        exchange.response_total_s = settings.response_timeout_s
         head = build_request_head(
             exchange.method, forward.origin_form, forward.authority, headers, exchange.chunked_request, named=named
         )
-        upstream = self.pool.acquire(target)
+        upstream = self.pool.acquire(principal.name, target)
         if upstream is None:
             spawn(self._send_on_fresh_connection(exchange, head, settings.connect_timeout_s), name="proxy-dial")
             return
@@ -116,13 +118,13 @@ class ForwardDispatcher:
         started = time.perf_counter()
         try:
             _, upstream, address = await open_pinned_connection(
-                target, lambda: UpstreamConnection(pool, ("", "", 0)), timeout_s=timeout_s
+                target, lambda: UpstreamConnection(pool, ("", "", "", 0)), timeout_s=timeout_s
             )
         except GatewayError as error:
             exchange.client.fail_exchange(exchange, str(error.code), error.message)
             return
         _HTTP_LATENCY.observe(time.perf_counter() - started)
-        upstream.key = (address, target.name, target.port)
+        upstream.key = (exchange.principal, address, target.name, target.port)
         if exchange.client.closed:
             upstream.close()
             return

@@ -22,9 +22,10 @@ from typing import Protocol, cast
 import httptools
 
 from gateway.egress.target import PinnedTarget
-from gateway.errors import GatewayError
-from gateway.proxy.heads import HOP_BY_HOP, connection_tokens, named_by_connection
+from gateway.errors import ErrorCode, GatewayError
+from gateway.proxy.heads import FRAMING_FIELDS, HOP_BY_HOP, connection_tokens, named_by_connection
 from gateway.proxy.pool import PoolKey, UpstreamPool
+from gateway.proxy.response_head import MAX_RESPONSE_HEAD_BYTES, ResponseHeadScanner
 
 WRITE_HIGH_WATER_BYTES = 256 * 1024
 WRITE_LOW_WATER_BYTES = 64 * 1024
@@ -32,6 +33,10 @@ NO_BODY_STATUSES = frozenset({204, 304})
 # RFC 9110 section 9.2.2: a request with one of these methods may be sent again when the
 # connection failed before any response arrived (section 9.2.2 and RFC 9112 section 9.3.1).
 IDEMPOTENT_METHODS = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
+
+
+class _StopParsing(Exception):
+    """Raised inside an httptools callback to stop the parser; the reason is on the connection."""
 
 
 class ClientSide(Protocol):
@@ -54,6 +59,8 @@ class ClientSide(Protocol):
 
     def resume_client_reading(self, reason: int) -> None: ...
 
+
+_MALFORMED = GatewayError(ErrorCode.CONNECT_FAILURE, "the upstream response is malformed")
 
 PAUSE_UPSTREAM_WRITE = 1
 PAUSE_BODY_BUFFER = 2
@@ -78,7 +85,9 @@ class ForwardExchange:
         "pending_bytes",
         "principal",
         "request_head",
+        "response_head_s",
         "response_idle_s",
+        "response_total_s",
         "retried",
         "started",
         "target",
@@ -102,6 +111,8 @@ class ForwardExchange:
         self.bytes_down = 0
         self.max_response_bytes = 0
         self.response_idle_s = 0.0
+        self.response_head_s = 0.0
+        self.response_total_s = 0.0
         self.request_head = b""
         self.retried = False
         self.started = time.perf_counter()
@@ -204,6 +215,14 @@ class UpstreamConnection(asyncio.Protocol):
         self._reused = False
         self._answered = False
         self.last_activity = 0.0
+        # Until the final response head has been parsed, heads are cut out of the stream on raw
+        # bytes (caps counted before llhttp sees a fragment); None once the body is streaming.
+        self._scanner: ResponseHeadScanner | None = None
+        self._failure: GatewayError | None = None
+        self._progress = 0  # body callbacks so far: a read that makes none is framing or trailers
+        self._stalled = 0
+        self._head_due = 0.0
+        self._total_due = 0.0
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -252,30 +271,63 @@ class UpstreamConnection(asyncio.Protocol):
         self._answered = True
         self.last_activity = time.monotonic()
         try:
-            parser.feed_data(data)
-        except httptools.HttpParserError:
-            self._reusable = False
-            if self._out and self.head_sent:
-                exchange.client.transport.write(b"".join(self._out))
-            self._out.clear()
-            self.exchange = None
-            if self.transport is not None:
-                self.transport.close()
-            exchange.client.fail_exchange(exchange, "connect_failure", "the upstream response is malformed")
+            self._feed(parser, data)
+        except GatewayError as error:
+            self._fail(exchange, error)
             return
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            if self._failure is None and self.response_complete:
+                # Bytes after the complete response (an injected second head or a stray byte):
+                # never relayed, and the connection is not reused.
+                self._reusable = False
+            else:
+                self._fail(exchange, self._failure or _MALFORMED)
+                return
         if self._out:
             exchange.client.transport.write(b"".join(self._out))
             self._out.clear()
         if self._body_bytes > exchange.max_response_bytes:
             exchange.bytes_down = self._body_bytes
-            self._reusable = False
-            self.exchange = None
-            if self.transport is not None:
-                self.transport.close()
-            exchange.client.fail_exchange(exchange, "too_large", "the response exceeds proxy.max_response_bytes")
+            self._fail(exchange, GatewayError(ErrorCode.TOO_LARGE, "the response exceeds proxy.max_response_bytes"))
             return
         if self.response_complete and exchange.body_done:
             self.finish()
+
+    def _feed(self, parser: httptools.HttpResponseParser, data: bytes) -> None:
+        """Heads whole, one at a time, through the scanner's caps; body bytes straight to llhttp."""
+        scanner = self._scanner
+        while scanner is not None:
+            taken = scanner.take_head(data)
+            if taken is None:
+                return
+            head, data = taken
+            parser.feed_data(head)
+            scanner = self._scanner  # None once the final head was parsed
+            if not data:
+                return
+        progress = self._progress
+        parser.feed_data(data)
+        if self._progress != progress or self.response_complete:
+            self._stalled = 0
+            return
+        # A read with no body byte in it: chunk framing or a trailer section. llhttp buffers
+        # neither, but httptools joins a trailer field's fragments quadratically: bound it.
+        self._stalled += len(data)
+        if self._stalled > MAX_RESPONSE_HEAD_BYTES:
+            raise GatewayError(
+                ErrorCode.TOO_LARGE, f"the upstream's chunk framing or trailers exceed {MAX_RESPONSE_HEAD_BYTES} bytes"
+            )
+
+    def _fail(self, exchange: ForwardExchange, error: GatewayError) -> None:
+        """End the exchange with `error`: a 502/504 if no head was sent yet, else a cut stream."""
+        self._reusable = False
+        if self._out and self.head_sent:
+            exchange.client.transport.write(b"".join(self._out))
+        self._out.clear()
+        self.exchange = None
+        if self.transport is not None:
+            self.transport.close()
+        exchange.client.fail_exchange(exchange, str(error.code), error.message)
 
     def eof_received(self) -> bool | None:
         return None
@@ -321,18 +373,28 @@ class UpstreamConnection(asyncio.Protocol):
         if exchange is None:
             return  # parked or closed: the next start() arms a fresh deadline
         idle_s = exchange.response_idle_s
-        remaining = self.last_activity + idle_s - time.monotonic()
+        now = time.monotonic()
+        remaining = self.last_activity + idle_s - now
         if self._reading_paused:
             # We stopped reading because the client is slow; silence is not the upstream's fault.
             remaining = idle_s
+        # Total deadlines too: an origin dripping a byte every few seconds is never silent.
+        due = self._total_due if self.head_sent else min(self._head_due, self._total_due)
+        remaining = min(remaining, due - now)
         if remaining > 0:
             self._timer = asyncio.get_running_loop().call_later(remaining, self._response_deadline)
             return
+        if now >= self._total_due:
+            message = f"the response did not complete within proxy.response_timeout_s ({exchange.response_total_s:g} s)"
+        elif not self.head_sent and now >= self._head_due:
+            message = f"no response head within proxy.response_head_timeout_s ({exchange.response_head_s:g} s)"
+        else:
+            message = f"the upstream sent nothing for {idle_s:g} s"
         self._reusable = False
         self.exchange = None
         if self.transport is not None:
             self.transport.abort()
-        exchange.client.fail_exchange(exchange, "timeout", f"the upstream sent nothing for {idle_s:g} s")
+        exchange.client.fail_exchange(exchange, "timeout", message)
 
     def close(self) -> None:
         self._reusable = False
@@ -354,9 +416,14 @@ class UpstreamConnection(asyncio.Protocol):
         self._body_bytes = 0
         self._reused = self._responses > 0
         self._answered = False
+        self._scanner = ResponseHeadScanner()
+        self._failure = None
+        self._stalled = 0
         exchange.request_head = head
-        self.last_activity = time.monotonic()
-        self._arm_response_deadline(exchange.response_idle_s)
+        now = self.last_activity = time.monotonic()
+        self._head_due = now + exchange.response_head_s
+        self._total_due = now + exchange.response_total_s
+        self._arm_response_deadline(min(exchange.response_idle_s, exchange.response_head_s, exchange.response_total_s))
         assert self.transport is not None
         if exchange.pending:
             self.transport.write(head + b"".join(exchange.pending))
@@ -385,6 +452,8 @@ class UpstreamConnection(asyncio.Protocol):
 
     # httptools callbacks ----------------------------------------------------------------------
     def on_message_begin(self) -> None:
+        if self.response_complete:
+            raise _StopParsing  # a second response nobody asked for: never parsed, never relayed
         self._headers = []
         self._connection_values = []
         self._has_length = False
@@ -397,6 +466,8 @@ class UpstreamConnection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         # One pass: framing facts noted, hop-by-hop fields dropped, the rest kept as wire lines
         # (with their lower-cased name, in case a Connection field names them).
+        if self._scanner is None:
+            return  # a trailer field: never merged into the head the client already has
         lowered = name.lower()
         if lowered == b"content-length":
             self._has_length = True
@@ -415,11 +486,24 @@ class UpstreamConnection(asyncio.Protocol):
         assert exchange is not None
         status = parser.get_status_code()
         self._status = status
+        if status == 101:
+            # The gateway never forwards Upgrade, so a switch is unsolicited: relaying it would
+            # hand the client a stream the proxy no longer frames.
+            self._failure = GatewayError(ErrorCode.CONNECT_FAILURE, "the upstream switched protocols unasked (101)")
+            raise _StopParsing
+        named = named_by_connection(self._connection_values) if self._connection_values else frozenset()
+        if named & FRAMING_FIELDS:
+            # Framing fields are never hop-by-hop: stripping them would re-frame the body differently.
+            self._failure = GatewayError(
+                ErrorCode.CONNECT_FAILURE, "the upstream response's Connection field names a framing header"
+            )
+            raise _StopParsing
+        if status >= 200:
+            self._scanner = None  # the body follows; trailers, if any, are dropped
         if 100 <= status < 200 and exchange.client_http10:
             return  # RFC 9110 section 15.2: no interim response to an HTTP/1.0 client
         kept = [b"HTTP/1.1 %d %b\r\n" % (status, self._reason)]
-        if self._connection_values:
-            named = named_by_connection(self._connection_values)
+        if named:
             kept += [line for lowered, line in self._headers if lowered not in named]
         else:
             kept += [line for _, line in self._headers]
@@ -448,6 +532,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.response_complete = True
 
     def on_body(self, body: bytes) -> None:
+        self._progress += 1
         if self.response_complete:
             self._reusable = False  # bytes after a bodiless response: do not reuse
             return
@@ -457,7 +542,11 @@ class UpstreamConnection(asyncio.Protocol):
         else:
             self._out.append(body)
 
+    def on_chunk_header(self) -> None:
+        self._progress += 1
+
     def on_message_complete(self) -> None:
+        self._progress += 1
         if 100 <= self._status < 200:
             return  # an interim response; the final one follows on the same parser
         self._finish_message()

@@ -29,7 +29,14 @@ from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.decision_caches import ProxyDecisions
 from gateway.proxy.dispatch import ForwardDispatcher
 from gateway.proxy.forward import PAUSE_PIPELINE, ForwardExchange
-from gateway.proxy.heads import MAX_HEAD_BYTES, MAX_HEADERS, MAX_URL_BYTES, error_response, named_by_connection
+from gateway.proxy.heads import (
+    FRAMING_FIELDS,
+    MAX_HEAD_BYTES,
+    MAX_HEADERS,
+    MAX_URL_BYTES,
+    error_response,
+    named_by_connection,
+)
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.sni import MAX_PEEK_BYTES
 from gateway.proxy.tunnel import Tunnel
@@ -277,6 +284,14 @@ class ClientConnection(asyncio.Protocol):
             raise _HeadRefused
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._in_head:
+            # A trailer field (after a chunked body): never merged into the head that already went
+            # upstream or is about to, only bounded. The forwarded body ends with no trailers.
+            self._head_size += len(name) + len(value) + 4
+            if self._head_size > MAX_HEAD_BYTES:
+                self._refusal = GatewayError(ErrorCode.TOO_LARGE, "the request trailers are too large", status=431)
+                raise _HeadRefused
+            return
         headers = self._headers
         if len(headers) >= MAX_HEADERS:
             self._refusal = GatewayError(ErrorCode.TOO_LARGE, f"more than {MAX_HEADERS} header fields", status=431)
@@ -307,6 +322,13 @@ class ClientConnection(asyncio.Protocol):
         assert parser is not None
         self._in_head = False
         self._raw_head_bytes = 0
+        named = named_by_connection(self._connection_values)
+        if named & FRAMING_FIELDS:
+            self._refusal = GatewayError(
+                ErrorCode.INVALID_INPUT, "the Connection field names Content-Length or Transfer-Encoding"
+            )
+            raise _HeadRefused
+        self._head_size = 0  # from here on it counts trailer bytes
         self._deadline.clear()  # no deadline of ours while the request is served or tunnelled
         method = parser.get_method()
         if method == b"CONNECT":
@@ -319,7 +341,7 @@ class ClientConnection(asyncio.Protocol):
             client_keep_alive=parser.should_keep_alive(),
         )
         self._receiving = exchange
-        item = (exchange, self._url, self._headers, self._authorization, named_by_connection(self._connection_values))
+        item = (exchange, self._url, self._headers, self._authorization, named)
         if self._exchange is None:
             self._exchange = exchange
             self.server.dispatcher.start(*item)
