@@ -35,7 +35,7 @@ chart: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'
-	$(BIN)/python bench/extract.py --pages ../shared/fixtures/pages
+	$(BIN)/python bench/extract.py --pages ../shared/fixtures/pages --snippets ../shared/fixtures/snippet-pages
 
 clean:
 	rm -rf $(VENV) .tools

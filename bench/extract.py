@@ -1,103 +1,153 @@
-"""Extraction benchmark: our HTML-to-markdown against trafilatura and html-to-markdown.
+"""Extraction benchmark: web_fetch's extractor against trafilatura and readability-lxml, two corpora.
 
-For each fixture page (DIR/<name>/source.html with expected.html as the main content a careful
-reader extracts) every extractor's output is scored as a bag of words with counts against the
-expected text: precision, recall and F1, plus speed (ms/page median and p99, MB/s). Markdown
-syntax and link URLs are stripped before scoring; the `# title` line our extractor adds from
-<title> is metadata, not body, so it is left out (trafilatura emits no title in this mode).
-Reads the pages by path; never touches the network.
+Corpora, read by path (the network is never touched):
+- `--pages DIR`: Mozilla Readability's test pages (DIR/<name>/source.html as served, expected.html
+  the main content). Scored as a bag of words with counts against expected.html: precision,
+  recall and F1 per page, averaged.
+- `--snippets DIR`: real pages with hand-picked snippets (DIR/cases.json, DIR/pages/*.gz). A
+  "with" snippet is found when its lowercase word tokens appear in a row in the output's, as in
+  trafilatura's own evaluation: precision = found-with / (found-with + found-without), recall =
+  found-with / all with, leak = found-without / all without, summed over the pages of a part.
+  Every fourth page (in key order) is held out of tuning and reported as its own part.
 
-    .venv/bin/python bench/extract.py --pages ../shared/fixtures/pages
+What is scored for ours is what `/v1/fetch` pages through: the conversion the extraction pool
+runs on a decoded HTML body (`html_to_markdown` with the policy's default source cap), with the
+`# title` line set aside, as the truths leave the title out. Every extractor gets the same decoded
+text (the fetch tool's own decoding of the bytes). Markdown syntax, list numbers and link URLs
+are stripped from every output before scoring. Time is the fastest of `--repeat` runs per page,
+so that other load on the machine is not counted.
+
+    .venv/bin/python bench/extract.py --pages ../shared/fixtures/pages \
+        --snippets ../shared/fixtures/snippet-pages
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import re
 import statistics
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
 from selectolax.lexbor import LexborHTMLParser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from gateway.policy.model import FetchSettings
 from gateway.tools.extract.decode import decode_body
 from gateway.tools.extract.markdown import html_to_markdown
 
 PAGE_URL = "http://fakehost/test/page.html"
-FIXTURE_CONTENT_TYPE = "text/html; charset=utf-8"
+READABILITY_CONTENT_TYPE = "text/html; charset=utf-8"
+# Snippet pages are stored as served, their charset named only inside the page.
+SNIPPET_CONTENT_TYPE = "text/html"
 SLOW_PAGE_MS = 50.0
 LOST_RECALL = 0.5
+HELD_OUT_EVERY = 4
 WORD = re.compile(r"\w+", re.UNICODE)
 MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 MD_AUTOLINK = re.compile(r"<https?://[^>]*>|https?://\S+")
 MD_LIST_NUMBER = re.compile(r"^\s*(?:>\s*)*\d+\.\s", re.M)
 
-Extractor = Callable[[str], str]
+# An extractor takes (body bytes, content-type header, decoded text) and returns markdown.
+Extractor = Callable[[bytes, str, str], str]
 
 
-@dataclass(frozen=True, slots=True)
-class PageScore:
-    name: str
-    precision: float
-    recall: float
-    ms: float
-
-    @property
-    def f1(self) -> float:
-        total = self.precision + self.recall
-        return 0.0 if total == 0 else 2 * self.precision * self.recall / total
-
-
-def words(text: str) -> Counter[str]:
-    return Counter(word.lower() for word in WORD.findall(text))
-
-
-def markdown_words(markdown: str) -> Counter[str]:
-    text = MD_LINK.sub(r"\1", markdown)
-    text = MD_AUTOLINK.sub(" ", text)
-    text = MD_LIST_NUMBER.sub(" ", text)
-    return words(text)
-
-
-def expected_words(html: str) -> Counter[str]:
-    tree = LexborHTMLParser(html)
-    root = tree.body or tree.root
-    return words(root.text(deep=True, separator=" ")) if root is not None else Counter()
-
-
-def ours(html: str) -> str:
-    markdown = html_to_markdown(html, PAGE_URL).markdown
-    # Drop the "# title" line: metadata, scored by neither reference nor competitor.
+def ours(_body: bytes, _content_type: str, text: str) -> str:
+    # The conversion the extraction pool runs for an HTML body, with the policy's default cap.
+    markdown = html_to_markdown(text, PAGE_URL, max_chars=FetchSettings().max_source_chars).markdown
+    # Drop the "# title" line: metadata, left out of both corpora's truths.
     first, _, rest = markdown.partition("\n")
     return rest if first.startswith("# ") else markdown
 
 
-def trafilatura_markdown(html: str) -> str:
+def trafilatura_markdown(_body: bytes, _content_type: str, text: str) -> str:
     import trafilatura  # noqa: PLC0415 - optional bench dependency
 
-    return trafilatura.extract(html, url=PAGE_URL, output_format="markdown") or ""
+    return trafilatura.extract(text, url=PAGE_URL, output_format="markdown") or ""
 
 
-def html_to_markdown_lib(html: str) -> str:
+def readability_markdownify(_body: bytes, _content_type: str, text: str) -> str:
+    import markdownify  # noqa: PLC0415 - optional bench dependency
+    from readability import Document  # noqa: PLC0415 - optional bench dependency
+
+    return str(markdownify.markdownify(Document(text).summary(html_partial=True)))
+
+
+def html_to_markdown_lib(_body: bytes, _content_type: str, text: str) -> str:
     import html_to_markdown as h2m  # noqa: PLC0415 - optional bench dependency
 
-    return str(h2m.convert(html).content or "")
+    return str(h2m.convert(text).content or "")
 
 
 EXTRACTORS: dict[str, Extractor] = {
     "ours": ours,
     "trafilatura": trafilatura_markdown,
+    "readability+markdownify": readability_markdownify,
     "html-to-markdown": html_to_markdown_lib,
 }
+DEFAULT_EXTRACTORS = "ours,trafilatura,readability+markdownify"
 
 
-def load_pages(pages_dir: Path, only: str | None) -> list[tuple[str, str, Counter[str], int]]:
+@dataclass(frozen=True, slots=True)
+class Page:
+    name: str
+    body: bytes
+    content_type: str
+    text: str
+    # Readability pages: the expected bag of words. Snippet pages: token tuples of each snippet.
+    expected: Counter[str] = field(default_factory=Counter)
+    with_snippets: tuple[tuple[str, ...], ...] = ()
+    without_snippets: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PageResult:
+    name: str
+    ms: float
+    precision: float = 0.0
+    recall: float = 0.0
+    found_with: int = 0
+    found_without: int = 0
+    all_with: int = 0
+    all_without: int = 0
+    leaked: tuple[str, ...] = ()
+    missed: tuple[str, ...] = ()
+
+    @property
+    def f1(self) -> float:
+        return f1(self.precision, self.recall)
+
+
+def f1(precision: float, recall: float) -> float:
+    total = precision + recall
+    return 0.0 if total == 0 else 2 * precision * recall / total
+
+
+def tokens(text: str) -> list[str]:
+    return [word.lower() for word in WORD.findall(text)]
+
+
+def markdown_tokens(markdown: str) -> list[str]:
+    text = MD_LINK.sub(r"\1", markdown)
+    text = MD_AUTOLINK.sub(" ", text)
+    text = MD_LIST_NUMBER.sub(" ", text)
+    return tokens(text)
+
+
+def expected_words(html: str) -> Counter[str]:
+    tree = LexborHTMLParser(html)
+    root = tree.body or tree.root
+    return Counter(tokens(root.text(deep=True, separator=" "))) if root is not None else Counter()
+
+
+def load_readability(pages_dir: Path, only: str | None) -> list[Page]:
     pages = []
     for folder in sorted(p for p in pages_dir.iterdir() if p.is_dir()):
         if only and only != folder.name:
@@ -108,94 +158,194 @@ def load_pages(pages_dir: Path, only: str | None) -> list[tuple[str, str, Counte
         raw = source.read_bytes()
         # The corpus is stored as UTF-8 (Readability's harness reads it so); a page saved with
         # its original <meta charset>, such as qq's gb2312, would otherwise decode as mojibake.
-        html = decode_body(raw, FIXTURE_CONTENT_TYPE).text
+        text = decode_body(raw, READABILITY_CONTENT_TYPE).text
         reference = expected_words(expected.read_text(encoding="utf-8", errors="replace"))
-        pages.append((folder.name, html, reference, len(raw)))
+        pages.append(Page(folder.name, raw, READABILITY_CONTENT_TYPE, text, expected=reference))
     return pages
 
 
-def score(name: str, candidate: Counter[str], reference: Counter[str], ms: float) -> PageScore:
-    overlap = sum((candidate & reference).values())
-    precision = overlap / sum(candidate.values()) if candidate else 0.0
-    recall = overlap / sum(reference.values()) if reference else 1.0
-    return PageScore(name, precision, recall, ms)
+def load_snippets(snippets_dir: Path, only: str | None) -> tuple[list[Page], list[Page]]:
+    """The snippet pages as (tuning part, held-out part): every fourth page in key order is held out."""
+    cases = orjson.loads((snippets_dir / "cases.json").read_bytes())
+    tuning: list[Page] = []
+    held_out: list[Page] = []
+    for index, key in enumerate(sorted(cases)):
+        case = cases[key]
+        if only and only not in key:
+            continue
+        raw = gzip.decompress((snippets_dir / "pages" / case["file"]).read_bytes())
+        text = decode_body(raw, SNIPPET_CONTENT_TYPE).text
+        page = Page(
+            key,
+            raw,
+            SNIPPET_CONTENT_TYPE,
+            text,
+            with_snippets=tuple(t for t in (tuple(tokens(s)) for s in case.get("with", [])) if t),
+            without_snippets=tuple(t for t in (tuple(tokens(s)) for s in case.get("without", [])) if t),
+        )
+        (held_out if index % HELD_OUT_EVERY == HELD_OUT_EVERY - 1 else tuning).append(page)
+    return tuning, held_out
 
 
-def run(extract: Extractor, pages: list[tuple[str, str, Counter[str], int]], repeat: int) -> list[PageScore]:
+def contains(haystack: list[str], first_index: dict[str, list[int]], needle: tuple[str, ...]) -> bool:
+    width = len(needle)
+    return any(tuple(haystack[start : start + width]) == needle for start in first_index.get(needle[0], ()))
+
+
+def score_page(page: Page, output: str, ms: float) -> PageResult:
+    found = markdown_tokens(output)
+    if not page.with_snippets and not page.without_snippets:
+        candidate = Counter(found)
+        overlap = sum((candidate & page.expected).values())
+        precision = overlap / sum(candidate.values()) if candidate else 0.0
+        recall = overlap / sum(page.expected.values()) if page.expected else 1.0
+        return PageResult(page.name, ms, precision, recall)
+    where: dict[str, list[int]] = {}
+    for position, token in enumerate(found):
+        where.setdefault(token, []).append(position)
+    missed = tuple(" ".join(s) for s in page.with_snippets if not contains(found, where, s))
+    leaked = tuple(" ".join(s) for s in page.without_snippets if contains(found, where, s))
+    found_with = len(page.with_snippets) - len(missed)
+    precision = found_with / (found_with + len(leaked)) if found_with + len(leaked) else 0.0
+    recall = found_with / len(page.with_snippets) if page.with_snippets else 1.0
+    return PageResult(
+        page.name, ms, precision, recall, found_with, len(leaked), len(page.with_snippets),
+        len(page.without_snippets), leaked, missed,
+    )  # fmt: skip
+
+
+def run(extract: Extractor, pages: list[Page], repeat: int) -> list[PageResult]:
     """Score each page; its time is the fastest of `repeat` runs (other load is noise)."""
     results = []
-    for name, html, reference, _size in pages:
+    for page in pages:
         timings = []
+        output = ""
         for _ in range(repeat):
             started = time.perf_counter()
-            output = extract(html)
+            output = extract(page.body, page.content_type, page.text)
             timings.append((time.perf_counter() - started) * 1000)
-        results.append(score(name, markdown_words(output), reference, min(timings)))
+        results.append(score_page(page, output, min(timings)))
     return results
 
 
-def p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+@dataclass(frozen=True, slots=True)
+class Summary:
+    precision: float
+    recall: float
+    f1: float
+    leak: float | None
+    ms_median: float
+    ms_max: float
+    ms_total: float
+    slow: int
+    lost: int
 
 
-def summary_row(label: str, results: list[PageScore], total_bytes: int) -> str:
+def summarise(results: list[PageResult], snippets: bool) -> Summary:
     ms = [r.ms for r in results]
-    precision = statistics.mean(r.precision for r in results)
-    recall = statistics.mean(r.recall for r in results)
-    f1 = statistics.mean(r.f1 for r in results)
-    mb_s = total_bytes / 1e6 / (sum(ms) / 1000)
-    slow = sum(1 for value in ms if value > SLOW_PAGE_MS)
-    lost = sum(1 for r in results if r.recall < LOST_RECALL)
-    return (
-        f"| {label} | {precision:.3f} | {recall:.3f} | {f1:.3f} | {statistics.median(ms):.1f} | "
-        f"{p99(ms):.1f} | {max(ms):.1f} | {mb_s:.1f} | {slow} | {lost} |"
+    if snippets:
+        found_with = sum(r.found_with for r in results)
+        found_without = sum(r.found_without for r in results)
+        precision = found_with / (found_with + found_without) if found_with + found_without else 0.0
+        recall = found_with / max(1, sum(r.all_with for r in results))
+        leak: float | None = found_without / max(1, sum(r.all_without for r in results))
+        score = f1(precision, recall)
+    else:
+        precision = statistics.mean(r.precision for r in results)
+        recall = statistics.mean(r.recall for r in results)
+        score = statistics.mean(r.f1 for r in results)
+        leak = None
+    return Summary(
+        precision, recall, score, leak, statistics.median(ms), max(ms), sum(ms),
+        sum(1 for value in ms if value > SLOW_PAGE_MS), sum(1 for r in results if r.recall < LOST_RECALL),
+    )  # fmt: skip
+
+
+def print_part(
+    title: str, pages: list[Page], extractors: list[str], repeat: int, snippets: bool
+) -> dict[str, list[PageResult]]:
+    size = sum(len(p.body) for p in pages)
+    print(f"\n### {title}: {len(pages)} pages, {size / 1e6:.1f} MB of HTML\n")
+    print(
+        "| extractor | precision | recall | F1 | leak | ms median | ms max | total s | pages >50 ms "
+        "| pages recall<0.5 |"
     )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    by_extractor: dict[str, list[PageResult]] = {}
+    for label in extractors:
+        results = by_extractor[label] = run(EXTRACTORS[label], pages, repeat)
+        s = summarise(results, snippets)
+        leak = f"{s.leak:.3f}" if s.leak is not None else "—"
+        print(
+            f"| {label} | {s.precision:.3f} | {s.recall:.3f} | {s.f1:.3f} | {leak} | {s.ms_median:.1f} | "
+            f"{s.ms_max:.1f} | {s.ms_total / 1000:.2f} | {s.slow} | {s.lost} |",
+            flush=True,
+        )
+    if "ours" in by_extractor and "trafilatura" in by_extractor:
+        ratio = sum(r.ms for r in by_extractor["trafilatura"]) / sum(r.ms for r in by_extractor["ours"])
+        print(f"\nspeed vs trafilatura: {ratio:.1f}x total time")
+    return by_extractor
+
+
+def print_details(title: str, results: list[PageResult], worst: int, snippets: bool) -> None:
+    lost = [r.name for r in results if r.recall < LOST_RECALL]
+    slow = [f"{r.name} {r.ms:.0f}ms" for r in results if r.ms > SLOW_PAGE_MS]
+    print(f"\n{title}: ours, pages with recall < {LOST_RECALL}: {', '.join(lost) or 'none'}")
+    print(f"{title}: ours, pages over {SLOW_PAGE_MS:.0f} ms: {', '.join(slow) or 'none'}")
+    if worst <= 0:
+        return
+    if snippets:
+        print(f"{title}: ours, {worst} pages with the most leaked or missed snippets:")
+        ranked = sorted(results, key=lambda r: len(r.leaked) + len(r.missed), reverse=True)
+        for r in ranked[:worst]:
+            if not r.leaked and not r.missed:
+                break
+            print(f"  {r.name}  leaked={list(r.leaked)[:3]} missed={[m[:60] for m in r.missed][:3]}")
+    else:
+        print(f"{title}: ours, {worst} lowest-F1 pages:")
+        for r in sorted(results, key=lambda r: r.f1)[:worst]:
+            print(f"  {r.name:40} P={r.precision:.2f} R={r.recall:.2f} F1={r.f1:.2f} {r.ms:.1f}ms")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pages", type=Path, required=True, help="fixture pages directory")
-    parser.add_argument("--only", help="score one page by folder name")
-    parser.add_argument("--extractors", default=",".join(EXTRACTORS), help="comma list")
-    parser.add_argument("--worst", type=int, default=10, help="list our N lowest-F1 pages")
-    parser.add_argument("--slowest", type=int, default=5, help="list our N slowest pages")
+    parser.add_argument("--pages", type=Path, help="Readability fixture pages directory")
+    parser.add_argument("--snippets", type=Path, help="snippet pages directory (cases.json, pages/)")
+    parser.add_argument("--only", help="score pages whose name contains this")
+    parser.add_argument("--parts", default="tuning,held-out", help="snippet parts to run: tuning, held-out")
+    parser.add_argument("--extractors", default=DEFAULT_EXTRACTORS, help=f"comma list of {', '.join(EXTRACTORS)}")
+    parser.add_argument("--worst", type=int, default=10, help="list our N worst pages per part")
     parser.add_argument("--repeat", type=int, default=3, help="runs per page; the fastest counts")
     args = parser.parse_args()
+    if args.pages is None and args.snippets is None:
+        parser.error("give --pages, --snippets or both")
+    extractors = args.extractors.split(",")
+    unknown = [label for label in extractors if label not in EXTRACTORS]
+    if unknown:
+        parser.error(f"unknown extractor {unknown[0]!r}")
 
-    pages = load_pages(args.pages, args.only)
-    if not pages:
-        print(f"no pages with source.html and expected.html under {args.pages}", file=sys.stderr)
-        return 2
-    total_bytes = sum(size for *_rest, size in pages)
-    print(f"{len(pages)} pages, {total_bytes / 1e6:.1f} MB of HTML\n")
-    print(
-        "| extractor | precision | recall | F1 | ms median | ms p99 | ms max | MB/s | pages >50 ms | pages recall<0.5 |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    by_extractor: dict[str, list[PageScore]] = {}
-    for label in args.extractors.split(","):
-        by_extractor[label] = run(EXTRACTORS[label], pages, args.repeat)
-        print(summary_row(label, by_extractor[label], total_bytes), flush=True)
-
-    if "ours" in by_extractor:
-        ours_results = by_extractor["ours"]
-        if "trafilatura" in by_extractor:
-            speedup = sum(r.ms for r in by_extractor["trafilatura"]) / sum(r.ms for r in ours_results)
-            median_ratio = statistics.median(r.ms for r in by_extractor["trafilatura"]) / (
-                statistics.median(r.ms for r in ours_results)
-            )
-            print(f"\nspeed vs trafilatura: {speedup:.1f}x total time, {median_ratio:.1f}x median")
-        lost = [r for r in ours_results if r.recall < LOST_RECALL]
-        slow = [r for r in ours_results if r.ms > SLOW_PAGE_MS]
-        print(f"pages with recall < {LOST_RECALL}: {', '.join(r.name for r in lost) or 'none'}")
-        print(f"pages over {SLOW_PAGE_MS:.0f} ms: {', '.join(r.name for r in slow) or 'none'}")
-        print(f"\nour {args.worst} lowest-F1 pages:")
-        for r in sorted(ours_results, key=lambda r: r.f1)[: args.worst]:
-            print(f"  {r.name:40} P={r.precision:.2f} R={r.recall:.2f} F1={r.f1:.2f} {r.ms:.1f}ms")
-        print(f"\nour {args.slowest} slowest pages:")
-        for r in sorted(ours_results, key=lambda r: r.ms, reverse=True)[: args.slowest]:
-            print(f"  {r.name:40} {r.ms:.1f}ms F1={r.f1:.2f}")
+    parts: list[tuple[str, list[Page], bool]] = []
+    if args.pages is not None:
+        parts.append(("Readability pages", load_readability(args.pages, args.only), False))
+    if args.snippets is not None:
+        tuning, held_out = load_snippets(args.snippets, args.only)
+        wanted = args.parts.split(",")
+        if "tuning" in wanted:
+            parts.append(("Snippet pages, tuning part", tuning, True))
+        if "held-out" in wanted:
+            parts.append(("Snippet pages, held-out part (every fourth)", held_out, True))
+    totals: dict[str, float] = {}
+    for title, pages, snippets in parts:
+        if not pages:
+            print(f"\n### {title}: no pages", file=sys.stderr)
+            continue
+        by_extractor = print_part(title, pages, extractors, args.repeat, snippets)
+        for label, results in by_extractor.items():
+            totals[label] = totals.get(label, 0.0) + sum(r.ms for r in results)
+        if "ours" in by_extractor:
+            print_details(title, by_extractor["ours"], args.worst, snippets)
+    if "ours" in totals and "trafilatura" in totals:
+        print(f"\nall parts: speed vs trafilatura {totals['trafilatura'] / totals['ours']:.1f}x total time")
     return 0
 
 

@@ -1,65 +1,20 @@
-"""Budget values: the limits a policy sets for one tool, a granted reservation, remaining counts.
+"""Budget values: a granted reservation and remaining counts (the limits are the policy's).
 
 Pure values only: no clock, no I/O, no store. The stores in `memory.py` and `redis.py` take a
-`ToolLimits` per call (every number comes from the policy, which can reload between calls) and
-hand back a `Reservation` or `BudgetCounts`.
+`ToolLimits` (defined in `gateway.policy.model`) per call (every number comes from the policy,
+which can reload between calls) and hand back a `Reservation` or `BudgetCounts`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-SEARCH_TOOL = "search"
-FETCH_TOOL = "fetch"
-DEFAULT_LEASE_TTL_S = 45.0
+# The limits are the policy's value (one type for the policy file and the stores); re-exported
+# here because every store signature takes it.
+from gateway.policy.model import ToolLimits
 
-
-@dataclass(frozen=True, slots=True)
-class ToolLimits:
-    """Budget limits for one tool of one principal.
-
-    `per_step` and `per_run` bound reservations (attempts, not successes) within one
-    `X-Egress-Step` and one `X-Egress-Run`; `concurrent` bounds unexpired leases;
-    `min_interval_s` is the minimum time between two starts (0 means none); a lease that is never
-    released (a crashed worker) frees its slot after `lease_ttl_s`.
-    """
-
-    per_step: int
-    per_run: int
-    concurrent: int
-    min_interval_s: float
-    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
-
-    def __post_init__(self) -> None:
-        # A negative or NaN limit would silently turn a check off; refuse it when the policy loads.
-        for name in ("per_step", "per_run", "concurrent"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-        if not math.isfinite(self.min_interval_s) or self.min_interval_s < 0:
-            raise ValueError(f"min_interval_s must be >= 0, got {self.min_interval_s!r}")
-        if not math.isfinite(self.lease_ttl_s) or self.lease_ttl_s <= 0:
-            raise ValueError(f"lease_ttl_s must be > 0, got {self.lease_ttl_s!r}")
-
-    @classmethod
-    def search_defaults(cls) -> ToolLimits:
-        """Issue 5's defaults for web_search: 20 per step, 100 per run, 1 active, 2 s apart."""
-        return cls(per_step=20, per_run=100, concurrent=1, min_interval_s=2.0)
-
-    @classmethod
-    def fetch_defaults(cls) -> ToolLimits:
-        """Issue 5's defaults for web_fetch: 40 per step, 200 per run, 3 active, no interval."""
-        return cls(per_step=40, per_run=200, concurrent=3, min_interval_s=0.0)
-
-    @classmethod
-    def defaults_for(cls, tool: str) -> ToolLimits:
-        if tool == SEARCH_TOOL:
-            return cls.search_defaults()
-        if tool == FETCH_TOOL:
-            return cls.fetch_defaults()
-        raise ValueError(f"no default budget for tool {tool!r}")
+__all__ = ["BudgetCounts", "Reservation", "ToolLimits"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from gateway.policy.model import (
     Principal,
     ProxySettings,
     SearchSettings,
-    ToolBudget,
+    ToolLimits,
     ToolSwitches,
 )
 from gateway.vet.addresses import IPNetwork
@@ -209,7 +209,7 @@ def normalise_glob(text: str) -> str | None:
     return prefix + ascii_name
 
 
-def _tool_budget(reader: _Reader, node: yaml.Node, where: str, base: ToolBudget) -> ToolBudget:
+def _tool_budget(reader: _Reader, node: yaml.Node, where: str, base: ToolLimits) -> ToolLimits:
     keys = {"per_step", "per_run", "concurrent", "min_interval_s", "lease_ttl_s"}
     items = reader.mapping(node, where, keys)
     changes: dict[str, Any] = {}

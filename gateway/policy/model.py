@@ -6,6 +6,7 @@ whole with a higher generation. Never touches a file or a socket.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -38,22 +39,42 @@ class ToolSwitches:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolBudget:
+class ToolLimits:
+    """Budget limits for one tool of one principal, as the policy sets them.
+
+    `per_step` and `per_run` bound reservations (attempts, not successes) within one
+    `X-Egress-Step` and one `X-Egress-Run`; `concurrent` bounds unexpired leases;
+    `min_interval_s` is the minimum time between two starts (0 means none); a lease that is never
+    released (a crashed worker) frees its slot after `lease_ttl_s`. The budget stores take this
+    value per call, so a reload changes the limits of the next call.
+    """
+
     per_step: int
     per_run: int
     concurrent: int
     min_interval_s: float
     lease_ttl_s: float = 45.0
 
+    def __post_init__(self) -> None:
+        # A negative or NaN limit would silently turn a check off; refuse it when the policy loads.
+        for name in ("per_step", "per_run", "concurrent"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        if not math.isfinite(self.min_interval_s) or self.min_interval_s < 0:
+            raise ValueError(f"min_interval_s must be >= 0, got {self.min_interval_s!r}")
+        if not math.isfinite(self.lease_ttl_s) or self.lease_ttl_s <= 0:
+            raise ValueError(f"lease_ttl_s must be > 0, got {self.lease_ttl_s!r}")
 
-DEFAULT_SEARCH_BUDGET = ToolBudget(per_step=20, per_run=100, concurrent=1, min_interval_s=2.0)
-DEFAULT_FETCH_BUDGET = ToolBudget(per_step=40, per_run=200, concurrent=3, min_interval_s=0.0)
+
+DEFAULT_SEARCH_BUDGET = ToolLimits(per_step=20, per_run=100, concurrent=1, min_interval_s=2.0)
+DEFAULT_FETCH_BUDGET = ToolLimits(per_step=40, per_run=200, concurrent=3, min_interval_s=0.0)
 
 
 @dataclass(frozen=True, slots=True)
 class Budgets:
-    search: ToolBudget = DEFAULT_SEARCH_BUDGET
-    fetch: ToolBudget = DEFAULT_FETCH_BUDGET
+    search: ToolLimits = DEFAULT_SEARCH_BUDGET
+    fetch: ToolLimits = DEFAULT_FETCH_BUDGET
 
 
 @dataclass(frozen=True, slots=True)

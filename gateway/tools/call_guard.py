@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gateway.budget import BudgetStore, ToolLimits
+from gateway.budget import BudgetStore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.policy.model import LoadedPolicy, Principal, ToolBudget
+from gateway.policy.model import LoadedPolicy, Principal, ToolLimits
 
 Tool = Literal["search", "fetch"]
 MAX_BUDGET_ID_CHARS = 200
@@ -43,16 +43,6 @@ def parse_budget_id(value: str | None, header: str) -> str | None:
     return value
 
 
-def limits_for(budget: ToolBudget) -> ToolLimits:
-    return ToolLimits(
-        per_step=budget.per_step,
-        per_run=budget.per_run,
-        concurrent=budget.concurrent,
-        min_interval_s=budget.min_interval_s,
-        lease_ttl_s=budget.lease_ttl_s,
-    )
-
-
 def require_tool(principal: Principal, tool: Tool) -> None:
     if not getattr(principal.tools, tool):
         raise GatewayError(ErrorCode.POLICY_DENIED, f"principal {principal.name!r} may not use web_{tool}")
@@ -72,14 +62,14 @@ class ToolCalls:
         work: Callable[[], Awaitable[dict[str, Any]]],
     ) -> dict[str, Any]:
         require_tool(context.principal, tool)
-        budget = getattr(context.principal.budgets, tool)
+        limits: ToolLimits = getattr(context.principal.budgets, tool)
         try:
             reservation = await self._store.reserve(
                 principal=context.principal.name,
                 tool=tool,
                 run_id=context.run_id,
                 step_id=context.step_id,
-                limits=limits_for(budget),
+                limits=limits,
             )
         except GatewayError as exc:
             metrics.BUDGET_DENIALS.labels(tool=tool, code=str(exc.code)).inc()

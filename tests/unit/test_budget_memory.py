@@ -26,14 +26,6 @@ class FakeClock:
         return self.now
 
 
-def test_defaults_match_issue_5() -> None:
-    assert ToolLimits.search_defaults() == ToolLimits(20, 100, 1, 2.0, 45.0)
-    assert ToolLimits.fetch_defaults() == ToolLimits(40, 200, 3, 0.0, 45.0)
-    assert ToolLimits.defaults_for("search") == ToolLimits.search_defaults()
-    with pytest.raises(ValueError, match="no default budget"):
-        ToolLimits.defaults_for("tunnel")
-
-
 BAD_LIMITS: dict[str, dict[str, Any]] = {
     "negative-step": {"per_step": -1},
     "float-run": {"per_run": 1.5},
@@ -106,7 +98,7 @@ async def test_the_cache_is_capped_oldest_first() -> None:
 async def test_cooldown_retry_after_is_the_time_left() -> None:
     clock = FakeClock()
     store = MemoryBudgetStore(clock=clock)
-    lim = ToolLimits.search_defaults()
+    lim = ToolLimits(per_step=20, per_run=100, concurrent=1, min_interval_s=2.0)
     granted = await store.reserve(principal="p", tool="search", run_id=None, step_id=None, limits=lim)
     await store.release(granted)
     clock.now += 0.5
