@@ -54,7 +54,7 @@ class Gateway:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.policy = PolicyHolder(settings.policy_path, on_reload=_record_reload)
+        self.policy = PolicyHolder(settings.policy_path, on_reload=self._policy_reloaded)
         metrics.POLICY_GENERATION.set(self.policy.current.generation)
         self.audit = AuditLog(settings.audit_log)
         self.store: BudgetStore = open_store(settings.redis_url)
@@ -98,6 +98,11 @@ class Gateway:
         self.client = GuardedClient(self.core, self.ssl_context, self.settings.user_agent)
         self.extraction = ExtractionPool()
         self._core_built = True
+
+    def _policy_reloaded(self, ok: bool, generation: int) -> None:
+        _record_reload(ok, generation)
+        if ok and self.proxy is not None:
+            self.proxy.policy_reloaded()  # live permission: close what the new policy denies
 
     async def start(self) -> None:
         self.build_core()

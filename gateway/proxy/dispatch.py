@@ -95,6 +95,7 @@ class ForwardDispatcher:
         named: frozenset[bytes],
     ) -> None:
         exchange.principal = principal.name
+        exchange.principal_rule = principal
         exchange.target = target
         self.decisions.record_allow("http", principal, target, method=self.decisions.method_name(exchange.method))
         settings = loaded.policy.proxy

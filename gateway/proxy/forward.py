@@ -23,6 +23,7 @@ import httptools
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
+from gateway.policy.model import Principal
 from gateway.proxy.heads import FRAMING_FIELDS, HOP_BY_HOP, connection_tokens, named_by_connection
 from gateway.proxy.pool import PoolKey, UpstreamPool
 from gateway.proxy.response_head import MAX_RESPONSE_HEAD_BYTES, ResponseHeadScanner
@@ -84,6 +85,7 @@ class ForwardExchange:
         "pending",
         "pending_bytes",
         "principal",
+        "principal_rule",
         "request_head",
         "response_head_s",
         "response_idle_s",
@@ -117,6 +119,7 @@ class ForwardExchange:
         self.retried = False
         self.started = time.perf_counter()
         self.principal = ""
+        self.principal_rule: Principal | None = None  # what the decision was made for (live permission)
         self.target: PinnedTarget | None = None
 
     def request_body(self, data: bytes) -> None:
@@ -223,6 +226,9 @@ class UpstreamConnection(asyncio.Protocol):
         self._stalled = 0
         self._head_due = 0.0
         self._total_due = 0.0
+        # The last exchange's decision, kept while parked: a reload may revoke it (live permission).
+        self.principal_rule: Principal | None = None
+        self.target: PinnedTarget | None = None
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -406,6 +412,8 @@ class UpstreamConnection(asyncio.Protocol):
         """Send the request head and any body received so far in one write."""
         self.exchange = exchange
         exchange.upstream = self
+        self.principal_rule = exchange.principal_rule
+        self.target = exchange.target
         self.response_complete = False
         self._parser = httptools.HttpResponseParser(self)
         self._headers = []

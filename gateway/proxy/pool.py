@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gateway.egress.target import PinnedTarget
@@ -92,6 +93,11 @@ class UpstreamPool:
             self._count -= 1
             if not idle:
                 del self._idle[conn.key]
+
+    def close_where(self, revoked: Callable[[UpstreamConnection], bool]) -> None:
+        """Close the idle connections `revoked` picks (live permission after a policy reload)."""
+        for conn in [conn for idle in self._idle.values() for conn in idle if revoked(conn)]:
+            conn.close()
 
     def close(self) -> None:
         if self._sweeper is not None:

@@ -28,7 +28,7 @@ from gateway.observe.audit import AuditLog
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.decision_caches import ProxyDecisions
 from gateway.proxy.dispatch import ForwardDispatcher
-from gateway.proxy.forward import PAUSE_PIPELINE, ForwardExchange
+from gateway.proxy.forward import PAUSE_PIPELINE, ForwardExchange, UpstreamConnection
 from gateway.proxy.heads import (
     FRAMING_FIELDS,
     MAX_HEAD_BYTES,
@@ -37,6 +37,7 @@ from gateway.proxy.heads import (
     error_response,
     named_by_connection,
 )
+from gateway.proxy.live_permission import REVOKED_REASON, revocation
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.sni import MAX_PEEK_BYTES
 from gateway.proxy.tunnel import Tunnel
@@ -99,6 +100,27 @@ class ProxyServer:
             except TimeoutError:
                 continue
         await self.close()
+
+    def policy_reloaded(self) -> None:
+        """Live permission: close tunnels, requests in flight and pooled connections that the
+        policy now in force denies (audited with close reason `policy_revoked`)."""
+        core = self.core
+        loaded = core.loaded
+        for tunnel in list(self.tunnels.tunnels):
+            if revocation(core, loaded, tunnel.principal, tunnel.target, tunnel.address) is not None:
+                tunnel.close(REVOKED_REASON)
+        for conn in list(self.connections):
+            conn.revoke_if_denied()
+
+        def revoked(upstream: UpstreamConnection) -> bool:
+            rule, target = upstream.principal_rule, upstream.target
+            return (
+                rule is not None
+                and target is not None
+                and revocation(core, loaded, rule, target, upstream.key[1]) is not None
+            )
+
+        self.pool.close_where(revoked)
 
     def activity_ended(self) -> None:
         if self.draining:
@@ -472,7 +494,7 @@ class ClientConnection(asyncio.Protocol):
         self._connecting = False
         if self._closed or self.server.draining:
             # While dialing, only a reset closes the client side (a FIN is answered as a half-close).
-            opener.abandon(request, dialed[0], "shutdown" if self.server.draining else "client_reset")
+            opener.abandon(request, dialed, "shutdown" if self.server.draining else "client_reset")
             self._close()
             return
         self._parser = None  # a tunnel never parses HTTP again; free the parser's memory
@@ -504,6 +526,23 @@ class ClientConnection(asyncio.Protocol):
         self.server.decisions.record_deny("http", None, None, None, error=error, generation=generation)
         self.transport.write(error_response(error, keep_alive=False))
         self._close()
+
+    def revoke_if_denied(self) -> None:
+        """Drop the request in flight (and the connection) if the policy now denies its destination."""
+        exchange = self._exchange
+        if exchange is None or exchange.target is None or exchange.principal_rule is None or self._closed:
+            return
+        upstream = exchange.upstream
+        address = upstream.key[1] if upstream is not None else exchange.target.address_texts[0]
+        loaded = self.server.core.loaded
+        if revocation(self.server.core, loaded, exchange.principal_rule, exchange.target, address) is None:
+            return
+        if upstream is not None:
+            upstream.exchange = None
+            upstream.close()
+        self.server.decisions.record_exchange_close(exchange, REVOKED_REASON)
+        self._exchange = None
+        self.abort(REVOKED_REASON)
 
     def close_if_idle(self) -> None:
         if not self.busy:
