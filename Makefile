@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+RUN_STAMP := $(VENV)/.installed-run
 
 .PHONY: run test lint bench chart system-deps clean
 
@@ -14,7 +15,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-run: $(STAMP)
+# `make run` needs only what the daemon imports; test and lint tools come with `make test`/`make lint`.
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	$(BIN)/egress-gateway serve --policy policies/default.yaml
 
 system-deps:

@@ -10,16 +10,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import hashlib
 import logging
 import signal
+from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
 
+from gateway import __version__
 from gateway.budget import BudgetStore, open_store
 from gateway.egress.client import GuardedClient
 from gateway.egress.connect import build_ssl_context
 from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
+from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.admin import build_admin_app
 from gateway.observe.audit import AuditLog
@@ -32,6 +36,7 @@ from gateway.tools.call_guard import ToolCalls
 from gateway.tools.extract.pool import ExtractionPool
 from gateway.tools.fetch import FetchTool, ReaderService
 from gateway.tools.robots import RobotsCache
+from gateway.tools.search.registry import engines_from_settings
 from gateway.tools.search.tool import SearchTool
 
 log = logging.getLogger("egress_gateway")
@@ -40,9 +45,37 @@ POLICY_POLL_INTERVAL_S = 1.0
 STORE_PING_INTERVAL_S = 2.0
 
 
-def _record_reload(ok: bool, generation: int) -> None:
-    metrics.POLICY_RELOADS.labels(outcome="success" if ok else "failure").inc()
-    metrics.POLICY_GENERATION.set(generation)
+def redact_url(url: str) -> str:
+    """A URL without its user and password (a Redis URL's credentials never reach a log)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, f"***@{netloc}", parts.path, parts.query, parts.fragment))
+
+
+def policy_file_sha256(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return "unreadable"
+
+
+def _open_audit(settings: Settings) -> AuditLog:
+    try:
+        return AuditLog(
+            settings.audit_log,
+            on_failure=settings.audit_on_failure,
+            max_bytes=settings.audit_max_bytes,
+            keep_files=settings.audit_keep_files,
+            aggregate_s=settings.audit_aggregate_s,
+        )
+    except OSError as exc:
+        raise GatewayError(
+            ErrorCode.INVALID_INPUT, f"EGRESS_AUDIT_LOG: cannot open {settings.audit_log}: {exc.strerror or exc}"
+        ) from None
 
 
 def _record_dns(duration_s: float) -> None:
@@ -54,9 +87,11 @@ class Gateway:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.policy = PolicyHolder(settings.policy_path, on_reload=self._policy_reloaded)
+        self.policy = PolicyHolder(settings.policy_path, on_reload=self._record_reload)
         metrics.POLICY_GENERATION.set(self.policy.current.generation)
-        self.audit = AuditLog(settings.audit_log)
+        self.policy_sha256 = policy_file_sha256(settings.policy_path)
+        metrics.set_build_info(self.policy_sha256)
+        self.audit = _open_audit(settings)
         self.store: BudgetStore = open_store(settings.redis_url)
         self.ssl_context = build_ssl_context(settings.ca_bundle)
         self._runners: list[web.AppRunner] = []
@@ -72,14 +107,40 @@ class Gateway:
         self.core: EgressCore
         self.client: GuardedClient
 
+    def _record_reload(self, ok: bool, generation: int) -> None:
+        metrics.POLICY_RELOADS.labels(outcome="success" if ok else "failure").inc()
+        metrics.POLICY_GENERATION.set(generation)
+        if ok:
+            self.policy_sha256 = policy_file_sha256(self.settings.policy_path)
+            metrics.set_build_info(self.policy_sha256)
+            if self.proxy is not None:
+                self.proxy.policy_reloaded()  # live permission: close what the new policy denies
+
     def readiness(self) -> tuple[bool, dict[str, bool]]:
+        """Proxy readiness: the store is not part of it (a Redis outage fails tool calls closed but
+        must not pull the proxy out of the Service); `tools_readiness` adds it."""
         checks = {
             "policy_loaded": True,
             "listeners_bound": self._listeners_bound,
-            "store_reachable": self._store_up,
+            "audit_writable": self.audit.failure is None or self.settings.audit_on_failure == "allow",
             "not_draining": not self._draining,
         }
         return all(checks.values()), checks
+
+    def tools_readiness(self) -> tuple[bool, dict[str, bool]]:
+        ready, checks = self.readiness()
+        checks["store_reachable"] = self._store_up
+        return ready and self._store_up, checks
+
+    def readiness_reasons(self) -> dict[str, str]:
+        reasons: dict[str, str] = {}
+        if self.audit.failure is not None:
+            reasons["audit_writable"] = self.audit.failure
+        if not self._store_up:
+            reasons["store_reachable"] = "the budget store does not answer: tool calls fail with store_unavailable"
+        if self._draining:
+            reasons["not_draining"] = "the gateway is draining for shutdown"
+        return reasons
 
     async def _serve_app(self, app: web.Application, listen: ListenAddress) -> None:
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -95,29 +156,49 @@ class Gateway:
         self.core = EgressCore(
             self.resolver, lambda: self.policy.current, self.settings.listen_addresses, on_dns=_record_dns
         )
+        self.core.admission = self.audit.refusal
         self.client = GuardedClient(self.core, self.ssl_context, self.settings.user_agent)
         self.extraction = ExtractionPool()
         self._core_built = True
-
-    def _policy_reloaded(self, ok: bool, generation: int) -> None:
-        _record_reload(ok, generation)
-        if ok and self.proxy is not None:
-            self.proxy.policy_reloaded()  # live permission: close what the new policy denies
 
     async def start(self) -> None:
         self.build_core()
         self.proxy = ProxyServer(self.core, self.audit)
         await self.proxy.start(self.settings.proxy_listen.host, self.settings.proxy_listen.port)
         await self._serve_app(self.tools_api().app(), self.settings.api_listen)
-        await self._serve_app(build_admin_app(self.readiness), self.settings.admin_listen)
+        admin = build_admin_app(self.readiness, tools_readiness=self.tools_readiness, reasons=self.readiness_reasons)
+        await self._serve_app(admin, self.settings.admin_listen)
         self._listeners_bound = True
         self._background.append(spawn(self._watch_policy_file(), name="policy-watch"))
         self._background.append(spawn(self._watch_store(), name="store-watch"))
-        log.info(
-            "egress-gateway listening: proxy %s, api %s, admin %s",
-            self.settings.proxy_listen,
-            self.settings.api_listen,
-            self.settings.admin_listen,
+        log.info("%s", self.startup_summary())
+
+    def startup_summary(self) -> str:
+        """One line saying what is in force, for the operator reading the start-up log."""
+        settings = self.settings
+        loaded = self.policy.current
+        policy = loaded.policy
+        engines = engines_from_settings(
+            settings.search.engines,
+            settings.search.keys,
+            settings.search.urls,
+            template_url=settings.search.template_url,
+            template_key=settings.search.template_key,
+            searxng_url=settings.search.urls.get("searxng"),
+            mediawiki_url=settings.search.urls.get("mediawiki"),
+        )
+        enabled = [engine.name for engine in engines if engine.enabled]
+        skipped = [f"{engine.name} (no key)" for engine in engines if not engine.enabled]
+        return (
+            f"egress-gateway {__version__} serving: policy {settings.policy_path} generation {loaded.generation} "
+            f"sha256 {self.policy_sha256[:16]}, mode {policy.defaults.mode}, "
+            f"principals {', '.join(sorted(policy.principals)) or 'none'}; "
+            f"proxy {settings.proxy_listen}, api {settings.api_listen}, admin {settings.admin_listen}; "
+            f"engines {', '.join(enabled) or 'none'}; skipped {', '.join(skipped) or 'none'}; "
+            f"store {redact_url(settings.redis_url) if settings.redis_url else 'memory'}; "
+            f"CA bundle certifi{' + ' + settings.ca_bundle if settings.ca_bundle else ''}; "
+            f"audit {settings.audit_log} (on failure {settings.audit_on_failure}); "
+            f"nameservers {', '.join(settings.nameservers) or 'resolv.conf'}"
         )
 
     def tools_api(self) -> ToolsApi:
@@ -146,6 +227,11 @@ class Gateway:
             metrics.STORE_UP.set(1 if self._store_up else 0)
             await asyncio.sleep(STORE_PING_INTERVAL_S)
 
+    def _reload_and_reopen(self) -> None:
+        # logrotate's postrotate sends SIGHUP (or SIGUSR1, which only reopens the audit file).
+        self.audit.reopen()
+        self.policy.reload()
+
     def request_stop(self) -> None:
         self._draining = True
         self._stopped.set()
@@ -155,7 +241,8 @@ class Gateway:
         await self.start()
         loop.add_signal_handler(signal.SIGTERM, self.request_stop)
         loop.add_signal_handler(signal.SIGINT, self.request_stop)
-        loop.add_signal_handler(signal.SIGHUP, self.policy.reload)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_and_reopen)
+        loop.add_signal_handler(signal.SIGUSR1, self.audit.reopen)
         # Start-up objects live for the whole run: keep them out of every later full collection,
         # which otherwise pauses the loop for 15-25 ms while proxy tunnels wait.
         gc.collect()

@@ -13,13 +13,14 @@ import secrets
 import sys
 from collections.abc import Sequence
 
-from gateway import commands
+from gateway import __version__, commands
 from gateway.commands import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from gateway.errors import GatewayError
-from gateway.settings import Settings, load_settings
+from gateway.settings import Settings, load_settings, read_settings_file
 
 
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML or TOML settings file; env and flags win over it (env EGRESS_CONFIG)")
     parser.add_argument("--policy", help="policy file (env EGRESS_POLICY)")
     parser.add_argument("--proxy-listen", dest="proxy_listen", help="proxy IP:PORT (env EGRESS_PROXY_LISTEN)")
     parser.add_argument("--api-listen", dest="api_listen", help="tools API IP:PORT (env EGRESS_API_LISTEN)")
@@ -33,6 +34,7 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="egress-gateway", description="The egress gateway for AI agents.")
+    parser.add_argument("--version", action="version", version=f"egress-gateway {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the daemon (proxy, tools API, admin)")
@@ -77,7 +79,9 @@ def _settings_from(args: argparse.Namespace) -> Settings:
             "log_level",
         )
     }
-    return load_settings(os.environ, flags)
+    config = getattr(args, "config", None) or os.environ.get("EGRESS_CONFIG")
+    settings_file = read_settings_file(config) if config else None
+    return load_settings(os.environ, flags, settings_file=settings_file)
 
 
 def _policy_lint(path: str) -> int:

@@ -34,6 +34,7 @@ class ErrorCode(StrEnum):
     UNAVAILABLE = "unavailable"
     STORE_UNAVAILABLE = "store_unavailable"
     POLICY_CHANGED = "policy_changed"
+    AUDIT_UNAVAILABLE = "audit_unavailable"
 
 
 HTTP_STATUS: dict[ErrorCode, int] = {
@@ -59,6 +60,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.POLICY_CHANGED: 409,
+    ErrorCode.AUDIT_UNAVAILABLE: 503,
 }
 
 # A retry can succeed without the caller changing anything.
@@ -74,6 +76,7 @@ RETRYABLE: frozenset[ErrorCode] = frozenset(
         ErrorCode.STORE_UNAVAILABLE,
         ErrorCode.POLICY_CHANGED,
         ErrorCode.UPSTREAM_STATUS,
+        ErrorCode.AUDIT_UNAVAILABLE,
     }
 )
 

@@ -1,14 +1,23 @@
-"""One frozen `Settings` object built once from CLI flags and EGRESS_* environment variables.
+"""One frozen `Settings` object built once from CLI flags, EGRESS_* variables and a settings file.
 
-Flags win over the environment. No other module reads `os.environ`: settings are passed down.
+Flags win over the environment, which wins over the `--config` file (YAML or TOML, keys are the
+variable names without `EGRESS_` in lower case, nested sections joined with `_`). An EGRESS_*
+variable or file key that no setting reads is an error naming the closest known setting. No other
+module reads `os.environ`: settings are passed down.
 """
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
-from collections.abc import Mapping
+import tomllib
+from collections.abc import ItemsView, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from gateway.errors import ErrorCode, GatewayError
 
@@ -74,6 +83,10 @@ class Settings:
     search: SearchEngineSettings = field(default_factory=SearchEngineSettings)
     fetch_reader_url: str | None = None
     fetch_reader_key: str | None = None
+    audit_on_failure: str = "deny"
+    audit_max_bytes: int = 0
+    audit_keep_files: int = 5
+    audit_aggregate_s: float = 10.0
 
     def __repr__(self) -> str:
         return (
@@ -107,15 +120,158 @@ def _search_settings(env: Mapping[str, str]) -> SearchEngineSettings:
     )
 
 
-def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None = None) -> Settings:
-    """Build Settings from the environment, then flags (which win). Raises invalid_input."""
-    flags = flags or {}
+def _number(text: str | None, setting: str, default: float, *, integer: bool = False) -> float:
+    if text is None or not text.strip():
+        return default
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} is not a number") from None
+    if value < 0:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} must not be negative")
+    return value
+
+
+def _audit_on_failure(text: str | None) -> str:
+    value = (text or "deny").strip().lower()
+    if value not in {"deny", "allow"}:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"EGRESS_AUDIT_ON_FAILURE: {text!r} is not deny or allow")
+    return value
+
+
+# Read by the CLI itself, not by load_settings.
+_CLI_VARIABLES = frozenset({"EGRESS_CONFIG"})
+
+
+class _ReadRecorder(Mapping[str, str]):
+    """The environment, remembering which names a setting looked up: whatever EGRESS_* name
+    nobody read is a typo (the list of known names is what load_settings reads, never a copy)."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> str:
+        self.read.add(key)
+        return self._env[key]
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.read.add(key)
+        return key in self._env
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._env)
+
+    def items(self) -> ItemsView[str, str]:
+        # Scanning for a pattern (EGRESS_SEARCH_<ENGINE>_KEY) is not reading every name.
+        return self._env.items()
+
+    def __len__(self) -> int:
+        return len(self._env)
+
+
+def _reject_unknown(env: _ReadRecorder, file_keys: Mapping[str, str]) -> None:
+    known = sorted(name for name in env.read | _CLI_VARIABLES if name.startswith("EGRESS_"))
+    for name in sorted(env):
+        if not name.startswith("EGRESS_") or name in env.read or name in _CLI_VARIABLES:
+            continue
+        if _ENGINE_SETTING.match(name):
+            continue
+        # Compared without the shared prefix, which would make every name look alike.
+        suffixes = {known_name.removeprefix("EGRESS_"): known_name for known_name in known}
+        matches = difflib.get_close_matches(name.removeprefix("EGRESS_"), suffixes, n=1, cutoff=0.6)
+        close = [suffixes[match] for match in matches]
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        if name in file_keys:
+            origin = f"settings file key {file_keys[name]!r}"
+            hint = f" (did you mean {close[0].removeprefix('EGRESS_').lower()}?)" if close else ""
+        else:
+            origin = name
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"{origin} is not a known setting{hint}")
+
+
+def _nameservers(text: str | None) -> tuple[str, ...]:
+    """`host[:port]` items with host an IP address (the resolver never resolves its own servers)."""
+    servers = _split_list(text)
+    for server in servers:
+        host, port_text = server, ""
+        if server.startswith("["):
+            host, _, port_text = server[1:].partition("]")
+            port_text = port_text.removeprefix(":")
+        elif server.count(":") == 1:
+            host, _, port_text = server.partition(":")
+        try:
+            ipaddress.ip_address(host)
+            port = int(port_text) if port_text else 53
+        except ValueError:
+            raise GatewayError(
+                ErrorCode.INVALID_INPUT, f"EGRESS_NAMESERVERS: {server!r} is not IP[:PORT] (e.g. 10.0.0.10:53)"
+            ) from None
+        if not 1 <= port <= 65535:
+            raise GatewayError(ErrorCode.INVALID_INPUT, f"EGRESS_NAMESERVERS: {server!r} has a port out of range")
+    return servers
+
+
+def _flatten(document: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in document.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from _flatten(value, f"{name}_")
+        else:
+            yield name, value
+
+
+def _file_value(value: Any) -> str:
+    if isinstance(value, bool):
+        # YAML reads an unquoted `off` as false: `audit_log: off` means the documented `off`.
+        return "on" if value else "off"
+    if isinstance(value, list | tuple):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
+def read_settings_file(path: str) -> dict[str, str]:
+    """A YAML or TOML settings file as EGRESS_* variables ({"audit": {"on_failure": "deny"}} →
+    EGRESS_AUDIT_ON_FAILURE=deny). Raises invalid_input with the file and the problem."""
+    try:
+        raw = Path(path).read_bytes()
+        document = tomllib.loads(raw.decode()) if path.endswith(".toml") else yaml.safe_load(raw)
+    except OSError as exc:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"--config {path}: {exc.strerror or exc}") from None
+    except (tomllib.TOMLDecodeError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        reason = " ".join(str(exc).split())
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"--config {path}: not valid YAML/TOML: {reason}") from None
+    if document is None:
+        return {}
+    if not isinstance(document, Mapping):
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"--config {path}: the file must be a mapping of settings")
+    return {f"EGRESS_{name.upper()}": _file_value(value) for name, value in _flatten(document)}
+
+
+def load_settings(
+    env: Mapping[str, str],
+    flags: Mapping[str, str | None] | None = None,
+    *,
+    settings_file: Mapping[str, str] | None = None,
+) -> Settings:
+    """Build Settings from the settings file, then the environment, then flags (each wins over the
+    one before). Raises invalid_input, naming the setting."""
+    from_file = {name: name.removeprefix("EGRESS_").lower() for name in settings_file or {} if name not in env}
+    recorder = _ReadRecorder({**(settings_file or {}), **env})
+    settings = _build(recorder, flags or {})
+    _reject_unknown(recorder, from_file)
+    return settings
+
+
+def _build(env: Mapping[str, str], flags: Mapping[str, str | None]) -> Settings:
 
     def pick(flag: str, var: str, default: str | None = None) -> str | None:
+        from_env = env.get(var)  # read even when a flag wins: it is a known name, not a typo
         value = flags.get(flag)
         if value is not None:
             return value
-        return env.get(var) or default
+        return from_env or default
 
     log_level = (pick("log_level", "EGRESS_LOG_LEVEL", "info") or "info").lower()
     if log_level not in {"debug", "info", "warning", "error"}:
@@ -131,7 +287,7 @@ def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None
         admin_listen=parse_listen(
             pick("admin_listen", "EGRESS_ADMIN_LISTEN", "127.0.0.1:9090") or "", "EGRESS_ADMIN_LISTEN"
         ),
-        nameservers=_split_list(pick("nameservers", "EGRESS_NAMESERVERS")),
+        nameservers=_nameservers(pick("nameservers", "EGRESS_NAMESERVERS")),
         ca_bundle=pick("ca_bundle", "EGRESS_CA_BUNDLE"),
         redis_url=pick("redis_url", "EGRESS_REDIS_URL"),
         audit_log=pick("audit_log", "EGRESS_AUDIT_LOG", "-") or "-",
@@ -140,4 +296,8 @@ def load_settings(env: Mapping[str, str], flags: Mapping[str, str | None] | None
         search=_search_settings(env),
         fetch_reader_url=env.get("EGRESS_FETCH_READER_URL") or None,
         fetch_reader_key=env.get("EGRESS_FETCH_READER_KEY") or None,
+        audit_on_failure=_audit_on_failure(pick("audit_on_failure", "EGRESS_AUDIT_ON_FAILURE")),
+        audit_max_bytes=int(_number(env.get("EGRESS_AUDIT_MAX_BYTES"), "EGRESS_AUDIT_MAX_BYTES", 0, integer=True)),
+        audit_keep_files=int(_number(env.get("EGRESS_AUDIT_KEEP_FILES"), "EGRESS_AUDIT_KEEP_FILES", 5, integer=True)),
+        audit_aggregate_s=_number(env.get("EGRESS_AUDIT_AGGREGATE_S"), "EGRESS_AUDIT_AGGREGATE_S", 10.0),
     )

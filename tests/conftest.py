@@ -9,12 +9,23 @@ from typing import Any
 
 import pytest
 
+from tests.harness.audit_schema import all_errors
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess
 from tests.harness.origins import HarnessLoop, OriginFactory
 
 pytest_plugins = ["tests.harness.redis_server"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def audit_lines_match_the_schema() -> Iterator[None]:
+    """After the whole session: every audit line any harness gateway wrote is valid schema v1."""
+    yield
+    problems = all_errors(GatewayProcess.audit_files)
+    if problems:
+        shown = "\n".join(problems[:20])
+        pytest.fail(f"{len(problems)} audit line problem(s) against audit.schema.json:\n{shown}")
 
 
 @pytest.fixture(scope="session")

@@ -75,6 +75,8 @@ class EgressCore:
         self._on_dns = on_dns
         self._remembered_generation = -1
         self._remembered: dict[tuple[str, str, int], PinnedTarget] = {}
+        # Set by the daemon to the audit log's refusal: no new egress while it cannot be written.
+        self.admission: Callable[[], GatewayError | None] | None = None
 
     @property
     def loaded(self) -> LoadedPolicy:
@@ -91,6 +93,8 @@ class EgressCore:
         self, principal: Principal, host: VettedHost, port: int, *, loaded: LoadedPolicy | None = None
     ) -> PinnedTarget:
         """Decide, resolve and vet. Raises GatewayError on denial (enforce mode)."""
+        if self.admission is not None and (refusal := self.admission()) is not None:
+            raise refusal
         loaded = loaded or self.loaded
         report, would_deny = self._decide_name(loaded, principal, host, port)
         dns_s = 0.0
@@ -117,6 +121,8 @@ class EgressCore:
         cached answer is vetted against this generation's guard (the gateway's own addresses
         included), and report mode marks rather than refuses.
         """
+        if self.admission is not None and (refusal := self.admission()) is not None:
+            raise refusal
         if host.ip is not None:
             addresses: tuple[IPAddress, ...] = (host.ip,)
         else:

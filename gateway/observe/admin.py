@@ -1,4 +1,5 @@
-"""The admin listener: /healthz (the loop answers), /readyz (ready to take traffic), /metrics."""
+"""The admin listener: /healthz (the loop answers), /readyz (the proxy may take traffic),
+/readyz/tools (the tools' budget store answers too), /metrics."""
 
 from __future__ import annotations
 
@@ -9,17 +10,34 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.observe.metrics import REGISTRY
 
+Readiness = Callable[[], tuple[bool, dict[str, bool]]]
 
-def build_admin_app(readiness: Callable[[], tuple[bool, dict[str, bool]]]) -> web.Application:
-    """`readiness` returns (ready, checks); checks name what is not ready for an operator."""
+
+def build_admin_app(
+    readiness: Readiness,
+    *,
+    tools_readiness: Readiness | None = None,
+    reasons: Callable[[], dict[str, str]] | None = None,
+) -> web.Application:
+    """`readiness` returns (ready, checks); checks name what is not ready and `reasons` say why."""
+
+    def answer(check: Readiness) -> web.Response:
+        ready, checks = check()
+        body: dict[str, object] = {"ready": ready, "checks": checks}
+        why = reasons() if reasons is not None else {}
+        if why:
+            body["reasons"] = {name: text for name, text in why.items() if name in checks}
+        return web.json_response(body, status=200 if ready else 503)
 
     async def healthz(_: web.Request) -> web.Response:
         # Answering at all proves the event loop is alive; liveness must not depend on upstreams.
         return web.json_response({"status": "ok"})
 
     async def readyz(_: web.Request) -> web.Response:
-        ready, checks = readiness()
-        return web.json_response({"ready": ready, "checks": checks}, status=200 if ready else 503)
+        return answer(readiness)
+
+    async def readyz_tools(_: web.Request) -> web.Response:
+        return answer(tools_readiness or readiness)
 
     async def metrics(_: web.Request) -> web.Response:
         body = generate_latest(REGISTRY)
@@ -30,5 +48,6 @@ def build_admin_app(readiness: Callable[[], tuple[bool, dict[str, bool]]]) -> we
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/readyz/tools", readyz_tools)
     app.router.add_get("/metrics", metrics)
     return app

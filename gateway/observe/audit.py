@@ -1,65 +1,229 @@
-"""The JSON audit log: one line per decision and one when a tunnel or request closes.
+"""The JSON audit log: the line schema (version `SCHEMA_VERSION`), its builders, and fail-closed writing.
 
-Fields are chosen for security review: who, what kind, which host and port, which addresses,
-the decision and its code, the policy generation, durations and byte counts. Never a URL path or
-query, never a search query, never a credential or key.
+Every line starts with `time` (RFC 3339 UTC with microseconds), `schema` and `event`; the fields
+are listed in the README's audit section and in `audit.schema.json` beside this module. Fields
+are chosen for security review: who, what kind, which host and port, which addresses, the policy
+verdict (`decision`) apart from what then happened (`outcome`), the policy generation, durations
+and byte counts. Never a query string, never a search query, never a credential or key.
 
 Lines are buffered and leave in one write() at most `FLUSH_INTERVAL_S` after the first of them
 (or as soon as `MAX_PENDING_LINES` are waiting): at thousands of tunnels per second a write() per
-line or per loop iteration was the largest single cost of a tunnel after the kernel's own.
-`flush()` writes at once (the tools API calls it before answering) and `close()` flushes at
-shutdown, so only a killed process can lose the last few milliseconds of lines.
+line was the largest single cost of a tunnel after the kernel's own. `flush()` writes at once
+(the tools API calls it before answering) and `close()` flushes at shutdown.
+
+When the destination cannot be written, no partial line is left (the sink cuts it back), the
+failure is logged once and counted, lines are held (bounded) and retried, and, unless
+`on_failure` is `allow`, `refusal()` tells the egress core to refuse new egress until a write
+succeeds again. Repeated identical denials within `aggregate_s` are written once and then
+summarised by one `repeated` line with a count, so an agent cannot fill the disk by retrying.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import logging
-import sys
+import os
 import time
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
+from gateway.errors import ErrorCode, GatewayError
+from gateway.observe import metrics
+from gateway.observe.audit_sink import AuditSink
+
 log = logging.getLogger("egress_gateway.audit")
 
+SCHEMA_VERSION = 1
+# The response header that carries a line's `conn` to the client (proxy and tools API).
+CONNECTION_ID_HEADER = "X-Egress-Id"
 FLUSH_INTERVAL_S = 0.01
 MAX_PENDING_LINES = 1024
+# Held in memory while the destination fails; newer lines beyond this are counted, not kept.
+MAX_RETAINED_LINES = 10_000
+RETRY_INTERVAL_S = 1.0
+MAX_AGGREGATED_KEYS = 4096
+DEFAULT_AGGREGATE_S = 10.0
+
+# Codes that are the policy's (or its budgets') verdict: the line's `decision` is `deny`.
+POLICY_CODES: frozenset[str] = frozenset(
+    {
+        ErrorCode.UNSAFE_URL,
+        ErrorCode.BLOCKED_DESTINATION,
+        ErrorCode.POLICY_DENIED,
+        ErrorCode.AUTH_REQUIRED,
+        ErrorCode.REDIRECT_BLOCKED,
+        ErrorCode.ROBOTS_DISALLOWED,
+        ErrorCode.QUOTA_EXHAUSTED,
+        ErrorCode.CONCURRENCY_LIMITED,
+        ErrorCode.COOLDOWN,
+        ErrorCode.AUDIT_UNAVAILABLE,
+        "destination_mismatch",
+    }
+)
+# What happened after the verdict, by error code (anything unlisted is `error`).
+_OUTCOME_BY_CODE: dict[str, str] = {
+    ErrorCode.INVALID_INPUT: "invalid_request",
+    ErrorCode.DNS_FAILURE: "dns_error",
+    ErrorCode.CONNECT_FAILURE: "connect_error",
+    ErrorCode.UPSTREAM_STATUS: "upstream_error",
+    ErrorCode.RATE_LIMITED: "upstream_error",
+    ErrorCode.UNAVAILABLE: "upstream_error",
+    ErrorCode.CHALLENGED: "upstream_error",
+    ErrorCode.UNSUPPORTED_CONTENT: "upstream_error",
+    ErrorCode.TIMEOUT: "timeout",
+    ErrorCode.TOO_LARGE: "too_large",
+    ErrorCode.CONTENT_CHANGED: "content_changed",
+    ErrorCode.STORE_UNAVAILABLE: "store_unavailable",
+    ErrorCode.POLICY_CHANGED: "policy_changed",
+}
+# Close reasons of tunnels and forwarded requests, as outcomes.
+_OUTCOME_BY_CLOSE: dict[str, str] = {
+    "done": "ok",
+    "client_closed": "ok",
+    "upstream_closed": "ok",
+    "client_reset": "client_gone",
+    "client_gone": "client_gone",
+    "abandoned": "client_gone",
+    "upstream_reset": "upstream_error",
+    "idle_timeout": "timeout",
+    "max_lifetime": "limit",
+    "sni_denied": "denied",
+    "draining": "shutdown",
+    "shutdown": "shutdown",
+}
+OUTCOMES: frozenset[str] = frozenset(
+    {"ok", "denied", "error", "limit", "shutdown", "audit_unavailable"}
+    | set(_OUTCOME_BY_CODE.values())
+    | set(_OUTCOME_BY_CLOSE.values())
+)
+
+
+def verdict_for(code: str) -> str:
+    """The policy verdict of a refusal with `code`: `deny` for the policy's own codes, `none`
+    for a request too malformed to be judged, `allow` when the policy let it through and
+    something later failed (a 404, a DNS error, a timeout: not denials)."""
+    if code in POLICY_CODES:
+        return "deny"
+    if code == ErrorCode.INVALID_INPUT:
+        return "none"
+    return "allow"
+
+
+def outcome_for_code(code: str) -> str:
+    if code in POLICY_CODES:
+        return "audit_unavailable" if code == ErrorCode.AUDIT_UNAVAILABLE else "denied"
+    return _OUTCOME_BY_CODE.get(code, "error")
+
+
+def outcome_for_close(reason: str) -> str:
+    outcome = _OUTCOME_BY_CLOSE.get(reason)
+    if outcome is not None:
+        return outcome
+    return outcome_for_code(reason) if reason in _OUTCOME_BY_CODE or reason in POLICY_CODES else "error"
+
+
+class _Clock:
+    """RFC 3339 UTC timestamps; the seconds part is formatted once per second."""
+
+    __slots__ = ("_second", "_text")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._text = ""
+
+    def timestamp(self, now: float) -> str:
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._text}.{int((now - second) * 1_000_000):06d}Z"
+
+
+_CLOCK = _Clock()
+_PROCESS_TAG = os.urandom(4).hex()
+_SEQUENCE = itertools.count(1)
+
+
+def utc_timestamp(now: float | None = None) -> str:
+    return _CLOCK.timestamp(time.time() if now is None else now)
+
+
+def new_connection_id() -> str:
+    """An id unique across gateway processes (random per process) and cheap (a counter)."""
+    return f"{_PROCESS_TAG}-{next(_SEQUENCE):x}"
 
 
 class AuditLog:
     """Writes audit lines to stdout, a file, or nowhere (`off`)."""
 
-    def __init__(self, destination: str) -> None:
-        self._stream: IO[bytes] | None
-        self._owned = False
+    def __init__(
+        self,
+        destination: str,
+        *,
+        on_failure: str = "deny",
+        max_bytes: int = 0,
+        keep_files: int = 1,
+        aggregate_s: float = DEFAULT_AGGREGATE_S,
+    ) -> None:
+        # Raises OSError for an unwritable destination: the daemon refuses to start without it.
+        self._sink = (
+            None if destination == "off" else AuditSink(destination, max_bytes=max_bytes, keep_files=keep_files)
+        )
+        self.destination = destination
+        self.on_failure = on_failure
         self._pending: list[bytes] = []
         self._timer: asyncio.TimerHandle | None = None
-        if destination == "off":
-            self._stream = None
-        elif destination == "-":
-            self._stream = sys.stdout.buffer
-        else:
-            self._stream = open(destination, "ab", buffering=0)  # noqa: SIM115 - closed in close()
-            self._owned = True
+        self._failure: str | None = None
+        self._failed_at = 0.0
+        self._refusal: GatewayError | None = None
+        self._dropped = 0
+        self._aggregate_s = aggregate_s
+        self._repeats: dict[tuple[Any, ...], list[Any]] = {}
+        self._aggregate_timer: asyncio.TimerHandle | None = None
+        metrics.AUDIT_WRITABLE.set(1)
 
+    # state ------------------------------------------------------------------------------------
+    @property
+    def failure(self) -> str | None:
+        """Why the destination cannot be written now, or None."""
+        return self._failure
+
+    def refusal(self) -> GatewayError | None:
+        """The error new egress gets while the audit log cannot be written (`on_failure: deny`)."""
+        return self._refusal
+
+    # writing ----------------------------------------------------------------------------------
     def write(self, event: str, **fields: Any) -> None:
-        if self._stream is None:
+        if self._sink is None:
             return
-        record: dict[str, Any] = {"ts": time.time(), "event": event}
+        record: dict[str, Any] = {"event": event}
         for key, value in fields.items():
             if value is not None:
                 record[key] = value
         self.write_record(record)
 
     def write_record(self, record: dict[str, Any]) -> None:
-        """A line already built by the caller: `ts` and `event` first, no None values (the proxy
-        builds its lines as dict literals on its hot path)."""
-        if self._stream is None:
+        """A line already built by the caller: `event` first, no None values (the proxy builds
+        its lines as dict literals on its hot path). A caller's `ts` is replaced by `time`."""
+        if self._sink is None:
             return
+        now = record.pop("ts", None)
+        line = {
+            "time": _CLOCK.timestamp(now if isinstance(now, float) else time.time()),
+            "schema": SCHEMA_VERSION,
+            **record,
+        }
         pending = self._pending
-        pending.append(orjson.dumps(record, default=str))
+        if self._failure is not None and len(pending) >= MAX_RETAINED_LINES:
+            self._dropped += 1
+            return
+        pending.append(orjson.dumps(line, default=str))
+        if self._failure is not None:
+            return  # the retry timer writes them
         if len(pending) == 1:
             try:
                 self._timer = asyncio.get_running_loop().call_later(FLUSH_INTERVAL_S, self.flush)
@@ -72,17 +236,56 @@ class AuditLog:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._stream is None or not self._pending:
+        if self._sink is None or not self._pending:
             return
         data = b"\n".join(self._pending) + b"\n"
-        self._pending.clear()
         try:
-            self._stream.write(data)
-            if not self._owned:
-                self._stream.flush()
-        except (OSError, ValueError) as exc:
-            log.error("audit write failed: %s", exc)
+            self._sink.write(data)
+        except OSError as exc:
+            self._failed(exc)
+            return
+        self._pending.clear()
+        if self._failure is not None:
+            self._recovered()
 
+    def _failed(self, exc: OSError) -> None:
+        metrics.AUDIT_WRITE_FAILURES.inc()
+        if self._failure is None:
+            self._failure = f"cannot write {self.destination}: {exc.strerror or exc}"
+            self._failed_at = time.monotonic()
+            metrics.AUDIT_WRITABLE.set(0)
+            if self.on_failure == "deny":
+                self._refusal = GatewayError(
+                    ErrorCode.AUDIT_UNAVAILABLE,
+                    f"the audit log cannot be written ({self._failure}); new egress is refused until it can",
+                )
+            log.error("audit %s (%s)", self._failure, "egress refused" if self._refusal else "egress continues")
+        # Without a loop (a one-shot command) the next write retries.
+        with contextlib.suppress(RuntimeError):
+            self._timer = asyncio.get_running_loop().call_later(RETRY_INTERVAL_S, self.flush)
+
+    def _recovered(self) -> None:
+        failed_for_s = time.monotonic() - self._failed_at
+        log.warning("audit log writable again after %.1f s (%d line(s) dropped)", failed_for_s, self._dropped)
+        self._failure = None
+        self._refusal = None
+        metrics.AUDIT_WRITABLE.set(1)
+        dropped, self._dropped = self._dropped, 0
+        self.write("audit_resumed", dropped=dropped, failed_for_s=round(failed_for_s, 3))
+        self.flush()
+
+    def reopen(self) -> None:
+        """Reopen the file (SIGHUP/SIGUSR1, after logrotate moved it) and write what is held."""
+        if self._sink is None:
+            return
+        try:
+            self._sink.reopen()
+        except OSError as exc:
+            self._failed(exc)
+            return
+        self.flush()
+
+    # line builders ----------------------------------------------------------------------------
     def decision(
         self,
         *,
@@ -95,21 +298,73 @@ class AuditLog:
         code: str | None,
         reason: str | None = None,
         generation: int | None = None,
+        outcome: str | None = None,
         **extra: Any,
     ) -> None:
-        self.write(
-            "decision",
-            kind=kind,
-            principal=principal,
-            host=host,
-            port=port,
-            addresses=list(addresses) or None,
-            decision=decision,
-            code=code,
-            reason=reason,
-            generation=generation,
+        """One decision line. A `deny` with a code that is not the policy's (a DNS failure, a 404)
+        is recorded as the policy's `allow` with the failure as `outcome`."""
+        if decision == "deny" and code is not None:
+            decision = verdict_for(code)
+            outcome = outcome or outcome_for_code(code)
+            if code == ErrorCode.AUTH_REQUIRED:
+                metrics.AUTH_FAILURES.labels(kind=kind).inc()
+        if outcome is not None:
+            metrics.OUTCOMES.labels(kind=kind, outcome=outcome).inc()
+        if self._sink is None:
+            return
+        fields = {
+            "kind": kind,
+            "principal": principal,
+            "host": host,
+            "port": port,
+            "addresses": list(addresses) or None,
+            "decision": decision,
+            "outcome": outcome,
+            "code": code,
+            "reason": reason,
+            "generation": generation,
             **extra,
-        )
+        }
+        if decision == "deny" and self._aggregated(fields):
+            return
+        self.write("decision", **fields)
+
+    def _aggregated(self, fields: dict[str, Any]) -> bool:
+        """True when an identical denial was already written in this window (it is counted)."""
+        if self._aggregate_s <= 0:
+            return False
+        key = tuple(fields.get(name) for name in ("kind", "principal", "host", "port", "code", "client_ip", "method"))
+        entry = self._repeats.get(key)
+        if entry is not None:
+            entry[1] += 1
+            metrics.AUDIT_AGGREGATED_LINES.inc()
+            return True
+        if len(self._repeats) >= MAX_AGGREGATED_KEYS:
+            return False
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        self._repeats[key] = [fields, 0]
+        if self._aggregate_timer is None:
+            self._aggregate_timer = loop.call_later(self._aggregate_s, self._summarise_repeats)
+        return False
+
+    def _summarise_repeats(self) -> None:
+        self._aggregate_timer = None
+        repeats, self._repeats = self._repeats, {}
+        for fields, count in repeats.values():
+            if count:
+                summary = {name: fields.get(name) for name in ("kind", "principal", "host", "port", "code")}
+                self.write(
+                    "repeated",
+                    **summary,
+                    decision="deny",
+                    client_ip=fields.get("client_ip"),
+                    reason=fields.get("reason"),
+                    count=count,
+                    window_s=self._aggregate_s,
+                )
 
     def connection_closed(
         self,
@@ -122,26 +377,36 @@ class AuditLog:
         bytes_down: int,
         duration_s: float,
         reason: str,
+        **extra: Any,
     ) -> None:
         """The close line of a tunnel or a forwarded request: the proxy writes one per connection."""
-        self.write_record(
-            {
-                "ts": time.time(),
-                "event": "close",
-                "kind": kind,
-                "principal": principal,
-                "host": host,
-                "port": port,
-                "bytes_up": bytes_up,
-                "bytes_down": bytes_down,
-                # Microseconds; round(x, 6) would format and parse a decimal string for the same value.
-                "duration_s": round(duration_s * 1e6) / 1e6,
-                "close_reason": reason,
-            }
-        )
+        outcome = outcome_for_close(reason)
+        metrics.OUTCOMES.labels(kind=kind, outcome=outcome).inc()
+        if self._sink is None:
+            return
+        record = {
+            "event": "close",
+            "kind": kind,
+            "principal": principal,
+            "host": host,
+            "port": port,
+            "bytes_up": bytes_up,
+            "bytes_down": bytes_down,
+            # Microseconds; round(x, 6) would format and parse a decimal string for the same value.
+            "duration_s": round(duration_s * 1e6) / 1e6,
+            "close_reason": reason,
+            "outcome": outcome,
+        }
+        for key, value in extra.items():
+            if value is not None:
+                record[key] = value
+        self.write_record(record)
 
     def close(self) -> None:
+        if self._aggregate_timer is not None:
+            self._aggregate_timer.cancel()
+            self._summarise_repeats()
         self.flush()
-        if self._owned and self._stream is not None:
-            self._stream.close()
-            self._stream = None
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = None

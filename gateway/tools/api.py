@@ -18,7 +18,7 @@ from aiohttp import web
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog
+from gateway.observe.audit import CONNECTION_ID_HEADER, AuditLog, new_connection_id, outcome_for_code, verdict_for
 from gateway.policy.decide import authenticate, decide_destination
 from gateway.policy.model import LoadedPolicy
 from gateway.tools.call_guard import CallContext, ToolCalls, parse_budget_id, require_tool
@@ -43,6 +43,15 @@ def error_response(exc: GatewayError) -> web.Response:
         status = 401
         headers["WWW-Authenticate"] = 'Bearer realm="egress-gateway"'
     return _json_response(exc.to_body(), status, headers)
+
+
+def _request_fields(request: web.Request) -> dict[str, Any]:
+    """The audit fields every tool line carries from its HTTP request: its id and the client."""
+    fields: dict[str, Any] = {"conn": new_connection_id()}
+    peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        fields["client_ip"], fields["client_port"] = str(peer[0]), int(peer[1])
+    return fields
 
 
 class ToolsApi:
@@ -98,19 +107,25 @@ class ToolsApi:
 
     async def _handle(self, tool: str, request: web.Request) -> web.Response:
         started = time.perf_counter()
-        audit: dict[str, Any] = {}
+        audit: dict[str, Any] = _request_fields(request)
         principal_name: str | None = None
         generation: int | None = None
         try:
             context = await self._context(request)
             principal_name, generation = context.principal.name, context.loaded.generation
+            audit.update(run=context.run_id, step=context.step_id)
             payload = await self._payload(request)
             result = await self.invoke(tool, context, payload, audit)
         except GatewayError as exc:
             self._finish(tool, principal=principal_name, generation=generation, started=started, error=exc, audit=audit)
-            return error_response(exc)
-        self._finish(tool, principal=principal_name, generation=generation, started=started, error=None, audit=audit)
-        return _json_response(result)
+            response = error_response(exc)
+        else:
+            self._finish(
+                tool, principal=principal_name, generation=generation, started=started, error=None, audit=audit
+            )
+            response = _json_response(result)
+        response.headers[CONNECTION_ID_HEADER] = audit["conn"]
+        return response
 
     def _finish(
         self,
@@ -126,20 +141,22 @@ class ToolsApi:
         would_deny = audit.pop("would_deny", None)
         would_deny_reason = audit.pop("would_deny_reason", None)
         if error is not None:
-            decision, code, reason = "deny", str(error.code), error.message
+            code, reason = str(error.code), error.message
+            decision, outcome = verdict_for(code), outcome_for_code(code)
         elif would_deny is not None:
-            decision, code, reason = "would_deny", would_deny, would_deny_reason
+            decision, code, reason, outcome = "would_deny", would_deny, would_deny_reason, "ok"
         else:
-            decision, code, reason = "allow", None, None
+            decision, code, reason, outcome = "allow", None, None, "ok"
         metrics.TOOL_CALLS.labels(tool=tool, code=str(error.code) if error else "ok").inc()
         metrics.TOOL_SECONDS.labels(tool=tool).observe(duration)
-        metrics.DECISIONS.labels(kind=tool, decision=decision, code=code or "").inc()
+        metrics.DECISIONS.labels(kind=tool, decision=decision, code=code or "none").inc()
         self._audit.decision(
             kind=tool,
             principal=principal,
             host=audit.pop("host", None),
             port=audit.pop("port", None),
             decision=decision,
+            outcome=outcome,
             code=code,
             reason=reason,
             generation=generation,

@@ -2,8 +2,10 @@
 
 Arguments are vetted before any reservation (bad input costs no budget). The page is fetched
 with the policy's caps and deadline, challenge pages and binary bodies are refused, HTML becomes
-markdown off the event loop, and a window of the text is returned with the SHA-256 of the whole
-extracted text so a caller can continue at `nextOffset` and notice a page that changed.
+markdown (or plain text, or cleaned HTML, as the caller asks) off the event loop, and a window of
+the text is returned with the SHA-256 of the whole extracted text so a caller can continue at
+`nextOffset` and notice a page that changed: strictly with `expectedHash`, or told in
+`contentChanged` against the hash this gateway last served that principal for that URL.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,18 +26,22 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.tools.extract.pool import ExtractionPool
+from gateway.tools.extract.render_options import LINK_STYLES, OUTPUT_FORMATS, LinkStyle, OutputFormat, RenderOptions
 from gateway.tools.result_notice import NOTICE, retrieved_at
 from gateway.tools.robots import RobotsCache
 from gateway.vet.urls import VettedUrl, vet_url
 
 ACCEPT = "text/markdown, text/html;q=0.9, */*;q=0.5"
-MIN_MAX_CHARS, MAX_MAX_CHARS, DEFAULT_MAX_CHARS = 1_000, 32_000, 16_000
+MIN_MAX_CHARS, MAX_MAX_CHARS, DEFAULT_MAX_CHARS = 100, 32_000, 16_000
+# Hashes served per (principal, URL), remembered so that a continuation without expectedHash
+# can still say whether the page changed; the oldest are forgotten first.
+MAX_REMEMBERED_HASHES = 4_096
 MAX_RESPONSE_BYTES = 64 * 1024
 # Room kept for every field but `content` (links, urls, title, budget) inside the 64 KiB bound.
 RESPONSE_OVERHEAD_BYTES = 12 * 1024
 ERROR_PAGE_CHARS = 2_000
 MAX_TITLE_CHARS = 300
-ALLOWED_FIELDS = frozenset({"url", "maxChars", "offset", "expectedHash"})
+ALLOWED_FIELDS = frozenset({"url", "maxChars", "offset", "expectedHash", "format", "links"})
 SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
 # Failures that say the host itself cannot be reached or may not be reached: the page would fail
 # the same way, so they are reported as they are instead of as "robots.txt unreachable".
@@ -52,6 +59,8 @@ class FetchArgs:
     max_chars: int = DEFAULT_MAX_CHARS
     offset: int = 0
     expected_hash: str | None = None
+    format: OutputFormat = "markdown"
+    links: LinkStyle = "inline"
 
 
 def _invalid(message: str) -> GatewayError:
@@ -64,6 +73,13 @@ def _int_field(payload: Mapping[str, object], name: str, default: int, low: int,
         raise _invalid(f"{name} must be an integer")
     if not low <= value <= high:
         raise _invalid(f"{name} must be between {low} and {high}")
+    return value
+
+
+def _choice_field(payload: Mapping[str, object], name: str, choices: tuple[str, ...]) -> str:
+    value = payload.get(name, choices[0])
+    if not isinstance(value, str) or value not in choices:
+        raise _invalid(f"{name} must be one of {', '.join(choices)}")
     return value
 
 
@@ -81,9 +97,9 @@ def parse_fetch_args(payload: object) -> FetchArgs:
     expected = payload.get("expectedHash")
     if expected is not None and (not isinstance(expected, str) or not SHA256_HEX.match(expected)):
         raise _invalid("expectedHash must be the 64-hex-digit contentHash of an earlier call")
-    if offset > 0 and expected is None:
-        raise _invalid("expectedHash is required when offset > 0")
-    return FetchArgs(url, max_chars, offset, expected.lower() if isinstance(expected, str) else None)
+    output: Any = _choice_field(payload, "format", OUTPUT_FORMATS)
+    links: Any = _choice_field(payload, "links", LINK_STYLES)
+    return FetchArgs(url, max_chars, offset, expected.lower() if isinstance(expected, str) else None, output, links)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +153,7 @@ class FetchTool:
         self._extraction = extraction
         self._robots = robots
         self._reader = reader
+        self._served_hashes: OrderedDict[tuple[str, str, str, str], str] = OrderedDict()
 
     def vet(self, args: FetchArgs, loaded: LoadedPolicy) -> VettedUrl:
         defaults = loaded.policy.defaults
@@ -168,7 +185,7 @@ class FetchTool:
                     audit["would_deny_reason"] = response.would_deny.message
                 metrics.FETCH_BODY_BYTES.labels(stage="wire").observe(response.wire_bytes)
                 metrics.FETCH_BODY_BYTES.labels(stage="decoded").observe(len(response.body))
-                return await self._render(args, vetted, response, loaded)
+                return await self._render(args, vetted, response, loaded, principal)
         except TimeoutError:
             raise GatewayError(ErrorCode.TIMEOUT, f"the {limits.deadline_s:g} s deadline passed") from None
 
@@ -210,8 +227,17 @@ class FetchTool:
             request = OutboundRequest(url=vetted.url, headers=(("Accept", ACCEPT),))
         return await self._client.fetch(request, principal=principal, limits=limits, loaded=loaded)
 
+    def _changed_since_served(self, key: tuple[str, str, str, str], content_hash: str) -> bool | None:
+        """Whether the text differs from the last one served for this key (None: none remembered)."""
+        served = self._served_hashes.get(key)
+        self._served_hashes[key] = content_hash
+        self._served_hashes.move_to_end(key)
+        while len(self._served_hashes) > MAX_REMEMBERED_HASHES:
+            self._served_hashes.popitem(last=False)
+        return None if served is None else served != content_hash
+
     async def _render(
-        self, args: FetchArgs, vetted: VettedUrl, response: FetchedResponse, loaded: LoadedPolicy
+        self, args: FetchArgs, vetted: VettedUrl, response: FetchedResponse, loaded: LoadedPolicy, principal: Principal
     ) -> dict[str, Any]:
         headers = {k.lower(): v for k, v in response.headers.items()}
         page = await self._extraction.render(
@@ -222,6 +248,7 @@ class FetchTool:
             response.url,
             max_chars=loaded.policy.fetch.max_source_chars,
             convert_html=self._reader is None,
+            options=RenderOptions(args.format, args.links),
         )
         page.raise_refusal()
         if page.challenge is not None:
@@ -237,8 +264,10 @@ class FetchTool:
                 extra={"status": response.status, "page": text[:ERROR_PAGE_CHARS]},
             )
         content_hash = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        # The same page in another format or link style is another text with another hash.
+        changed = self._changed_since_served((principal.name, vetted.url, args.format, args.links), content_hash)
         if args.offset > 0:
-            if content_hash != args.expected_hash:
+            if args.expected_hash is not None and content_hash != args.expected_hash:
                 raise GatewayError(
                     ErrorCode.CONTENT_CHANGED, "the page changed since expectedHash; start again at offset 0"
                 )
@@ -259,6 +288,9 @@ class FetchTool:
             "totalChars": len(text),
             "truncated": end < len(text),
             "sourceTruncated": source_truncated,
+            # Continuations only: false when expectedHash matched; without it, against the hash
+            # last served for this URL (null when none is remembered).
+            "contentChanged": (False if args.expected_hash is not None else changed) if args.offset > 0 else None,
             "links": links,
             "notice": NOTICE,
         }

@@ -58,6 +58,9 @@ def policy_document(
 
 
 class GatewayProcess:
+    # Every audit file a harness gateway wrote: the session checks each line against the schema.
+    audit_files: list[Path] = []  # noqa: RUF012 - one registry for the session
+
     def __init__(
         self,
         workdir: Path,
@@ -70,6 +73,7 @@ class GatewayProcess:
         self.workdir = workdir
         self.policy_path = workdir / "policy.yaml"
         self.audit_path = workdir / "audit.log"
+        GatewayProcess.audit_files.append(self.audit_path)
         self.write_policy(policy)
         self.proxy_port = free_port()
         self.api_port = free_port()
@@ -143,9 +147,9 @@ class GatewayProcess:
             EGRESS_ADMIN_LISTEN=f"127.0.0.1:{self.admin_port}",
         )
 
-    def readyz(self) -> tuple[int, dict[str, Any]]:
+    def readyz(self, path: str = "/readyz") -> tuple[int, dict[str, Any]]:
         try:
-            with urllib.request.urlopen(f"{self.admin_url}/readyz", timeout=2) as response:
+            with urllib.request.urlopen(f"{self.admin_url}{path}", timeout=2) as response:
                 return response.status, orjson.loads(response.read())
         except urllib.error.HTTPError as exc:
             return exc.code, orjson.loads(exc.read() or b"{}")

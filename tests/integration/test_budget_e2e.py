@@ -145,11 +145,12 @@ def concurrent_client() -> httpx.AsyncClient:
 
 
 def wait_for_readiness(gateway: GatewayProcess, *, ready: bool) -> dict[str, Any]:
+    """Waits on the tools' readiness (/readyz/tools), which includes the budget store."""
     deadline = time.monotonic() + READINESS_WAIT_S
-    status, body = gateway.readyz()
+    status, body = gateway.readyz("/readyz/tools")
     while (status == 200) != ready and time.monotonic() < deadline:
         time.sleep(0.1)
-        status, body = gateway.readyz()
+        status, body = gateway.readyz("/readyz/tools")
     assert (status == 200) == ready, (status, body)
     return body
 
@@ -246,6 +247,10 @@ def test_redis_killed_mid_run_fails_closed_keeps_the_daemon_up_and_recovers(
     assert httpx.get(f"{gateway.admin_url}/healthz", timeout=5).status_code == 200
     body = wait_for_readiness(gateway, ready=False)
     assert body["checks"]["store_reachable"] is False
+    assert "store_unavailable" in body["reasons"]["store_reachable"]
+    # The proxy does not need the store: its readiness (the Service's probe) stays green.
+    proxy_status, proxy_body = gateway.readyz()
+    assert proxy_status == 200, proxy_body
 
     private_redis_server.start()
     wait_for_readiness(gateway, ready=True)

@@ -475,8 +475,9 @@ def test_result_carries_every_documented_field(stack: Stack) -> None:
     assert "untrusted" in body["notice"]
     assert set(body) == {
         "url", "finalUrl", "title", "contentType", "retrievedAt", "content", "contentHash", "offset",
-        "nextOffset", "totalChars", "truncated", "sourceTruncated", "links", "notice", "budget",
+        "nextOffset", "totalChars", "truncated", "sourceTruncated", "contentChanged", "links", "notice", "budget",
     }  # fmt: skip
+    assert body["contentChanged"] is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -519,10 +520,62 @@ def test_a_page_that_changed_between_windows_is_content_changed(stack: Stack) ->
     assert (status, error["code"]) == (409, "content_changed")
 
 
-def test_offset_without_expected_hash_is_invalid_input(stack: Stack) -> None:
-    status, error = stack.refused({"url": stack.site.url("/article"), "offset": 1_000})
-    assert (status, error["code"]) == (400, "invalid_input")
-    assert "expectedHash" in error["message"]
+def test_continuation_without_expected_hash_says_the_page_did_not_change(stack: Stack) -> None:
+    url = stack.site.url("/article")
+    first = stack.ok({"url": url, "maxChars": 1_000})
+    second = stack.ok({"url": url, "maxChars": 1_000, "offset": first["nextOffset"]})
+    assert second["contentChanged"] is False
+    assert second["contentHash"] == first["contentHash"]
+    with_hash = stack.ok({"url": url, "maxChars": 1_000, "offset": 1_000, "expectedHash": first["contentHash"]})
+    assert with_hash["contentChanged"] is False
+
+
+def test_continuation_without_expected_hash_says_the_page_changed_instead_of_refusing(stack: Stack) -> None:
+    url = stack.site.url("/changing")
+    first = stack.ok({"url": url, "maxChars": 1_000})
+    second = stack.ok({"url": url, "maxChars": 1_000, "offset": first["nextOffset"]})
+    assert second["contentChanged"] is True
+    assert second["contentHash"] != first["contentHash"]
+
+
+def test_small_windows_from_100_characters_cover_the_whole_text(stack: Stack) -> None:
+    url = stack.site.url("/article")
+    windows = read_all_windows(stack, url, 100)
+    whole = stack.ok({"url": url, "maxChars": 32_000})
+    assert all(len(window["content"]) <= 100 for window in windows)
+    assert "".join(window["content"] for window in windows) == whole["content"]
+
+
+def test_text_format_has_no_markup_and_html_format_is_the_cleaned_article(stack: Stack) -> None:
+    url = stack.site.url("/docs/rules.html")
+    text = stack.ok({"url": url, "format": "text"})["content"]
+    assert text.startswith("Markdown rules\n")
+    assert "Second level\n" in text
+    assert "a relative link" in text
+    for markup in ("](", "## ", "```", "| --- |"):
+        assert markup not in text
+    markup = stack.ok({"url": url, "format": "html"})["content"]
+    assert '<a href="https://cdn.example.net/docs/guide/intro.html">a relative link</a>' in markup
+    assert "<h2>Second level</h2>" in markup
+    assert "Nav entry" not in markup
+    assert "scriptText" not in markup
+
+
+@pytest.mark.parametrize(
+    ("links", "expected", "absent"),
+    [
+        pytest.param("none", "with a relative link,", "](", id="none"),
+        pytest.param("references", "[a relative link][1]", "](", id="references"),
+        pytest.param("inline", "[a relative link](https://cdn.example.net/docs/guide/intro.html)", "][1]", id="inline"),
+    ],
+)
+def test_links_argument_chooses_how_urls_are_written(stack: Stack, links: str, expected: str, absent: str) -> None:
+    body = stack.ok({"url": stack.site.url("/docs/rules.html"), "links": links})
+    assert expected in body["content"]
+    assert absent not in body["content"]
+    assert "https://cdn.example.net/docs/guide/intro.html" in {link["url"] for link in body["links"]}
+    if links == "references":
+        assert "\n[1]: https://cdn.example.net/docs/guide/intro.html\n" in body["content"]
 
 
 def test_cjk_response_stays_under_64_kib_and_continuation_covers_all_text(stack: Stack) -> None:

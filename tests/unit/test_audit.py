@@ -8,20 +8,21 @@ from typing import Any
 
 import orjson
 
-from gateway.observe.audit import FLUSH_INTERVAL_S, MAX_PENDING_LINES, AuditLog
+from gateway.observe.audit import FLUSH_INTERVAL_S, MAX_PENDING_LINES, SCHEMA_VERSION, AuditLog
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines()]
 
 
-def test_a_line_starts_with_ts_and_event_and_drops_empty_fields(tmp_path: Path) -> None:
+def test_a_line_starts_with_time_schema_and_event_and_drops_empty_fields(tmp_path: Path) -> None:
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path))
     audit.write("decision", kind="connect", principal="agent", code=None, port=443)
     audit.close()
     (line,) = _lines(path)
-    assert list(line)[:2] == ["ts", "event"]
+    assert list(line)[:3] == ["time", "schema", "event"]
+    assert line["schema"] == SCHEMA_VERSION
     assert line["event"] == "decision"
     assert line["port"] == 443
     assert "code" not in line

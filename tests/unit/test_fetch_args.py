@@ -17,7 +17,7 @@ HASH = "a" * 64
     ("payload", "expected"),
     [
         pytest.param({"url": "https://e.org/"}, FetchArgs("https://e.org/", 16_000, 0, None), id="defaults"),
-        pytest.param({"url": "https://e.org/", "maxChars": 1_000}, FetchArgs("https://e.org/", 1_000), id="min-chars"),
+        pytest.param({"url": "https://e.org/", "maxChars": 100}, FetchArgs("https://e.org/", 100), id="min-chars"),
         pytest.param(
             {"url": "https://e.org/", "maxChars": 32_000}, FetchArgs("https://e.org/", 32_000), id="max-chars"
         ),
@@ -30,6 +30,21 @@ HASH = "a" * 64
             {"url": "https://e.org/", "offset": 0, "expectedHash": HASH},
             FetchArgs("https://e.org/", 16_000, 0, HASH),
             id="hash-allowed-at-offset-zero",
+        ),
+        pytest.param(
+            {"url": "https://e.org/", "offset": 5},
+            FetchArgs("https://e.org/", 16_000, 5, None),
+            id="continuation-no-hash",
+        ),
+        pytest.param(
+            {"url": "https://e.org/", "format": "html", "links": "none"},
+            FetchArgs("https://e.org/", format="html", links="none"),
+            id="format-and-links",
+        ),
+        pytest.param(
+            {"url": "https://e.org/", "format": "text", "links": "references"},
+            FetchArgs("https://e.org/", format="text", links="references"),
+            id="text-with-references",
         ),
     ],
 )
@@ -47,13 +62,16 @@ def test_valid_arguments_are_parsed(payload: dict[str, Any], expected: FetchArgs
         pytest.param({"url": 42}, "url is required", id="url-not-a-string"),
         pytest.param({"url": "https://e.org/", "bogus": 1}, "unknown field 'bogus'", id="unknown-field"),
         pytest.param({"url": "https://e.org/", "max_chars": 1000}, "unknown field 'max_chars'", id="snake-case-field"),
-        pytest.param({"url": "https://e.org/", "maxChars": 999}, "between 1000 and 32000", id="max-chars-too-small"),
-        pytest.param({"url": "https://e.org/", "maxChars": 32_001}, "between 1000 and 32000", id="max-chars-too-big"),
+        pytest.param({"url": "https://e.org/", "maxChars": 99}, "between 100 and 32000", id="max-chars-too-small"),
+        pytest.param({"url": "https://e.org/", "maxChars": 32_001}, "between 100 and 32000", id="max-chars-too-big"),
         pytest.param({"url": "https://e.org/", "maxChars": "2000"}, "must be an integer", id="max-chars-string"),
         pytest.param({"url": "https://e.org/", "maxChars": 2000.0}, "must be an integer", id="max-chars-float"),
         pytest.param({"url": "https://e.org/", "maxChars": True}, "must be an integer", id="max-chars-bool"),
         pytest.param({"url": "https://e.org/", "offset": -1}, "between 0", id="negative-offset"),
-        pytest.param({"url": "https://e.org/", "offset": 10}, "expectedHash is required", id="offset-without-hash"),
+        pytest.param({"url": "https://e.org/", "format": "pdf"}, "format must be one of", id="unknown-format"),
+        pytest.param({"url": "https://e.org/", "format": ["html"]}, "format must be one of", id="format-not-a-string"),
+        pytest.param({"url": "https://e.org/", "links": "footnotes"}, "links must be one of", id="unknown-links"),
+        pytest.param({"url": "https://e.org/", "links": None}, "links must be one of", id="links-null"),
         pytest.param({"url": "https://e.org/", "offset": 10, "expectedHash": "abc"}, "64-hex-digit", id="short-hash"),
         pytest.param(
             {"url": "https://e.org/", "offset": 10, "expectedHash": 7}, "64-hex-digit", id="hash-not-a-string"

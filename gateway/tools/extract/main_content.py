@@ -13,6 +13,7 @@ Every loop is iterative or bounded, so a 10,000-deep page cannot exhaust the Pyt
 from __future__ import annotations
 
 import enum
+import re
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
@@ -52,6 +53,10 @@ MAX_VOTE_LEVELS = 5
 TOP_CANDIDATES = 5
 # A small form is a search box or a comment form; a big one is an ASP.NET page wrapper.
 SMALL_FORM_CHARS = 250
+EDIT_LINK_SELECTOR = 'a[href*="action=edit" i], a[href*="action=submit" i]'
+EDIT_LINK = re.compile(r"[?&](?:ve)?action=(?:edit|submit)\b", re.I)
+EDIT_LINK_MAX_CHARS = 30
+EDIT_LINK_REMNANTS = " []|\n\t"
 # Below this much text the strict pass probably threw the article away: retry looser.
 MIN_ARTICLE_CHARS = 500
 
@@ -80,6 +85,23 @@ def remove_hidden_and_junk(tree: LexborHTMLParser) -> None:
         # ASP.NET pages wrap the whole body in one <form>: only small forms are chrome.
         if text_length(form) < SMALL_FORM_CHARS:
             form.decompose()
+    remove_edit_links(tree)
+
+
+def remove_edit_links(tree: LexborHTMLParser) -> None:
+    """Drop wiki and CMS edit links ("[edit]", "[edit | edit source]") with their brackets.
+
+    Found by what they do (`action=edit` in the URL, a few words of text), not by a class: left
+    in, they made a section heading's wrapper read as a link box and took the heading with it.
+    """
+    for anchor in reversed(tree.css(EDIT_LINK_SELECTOR)):
+        text = anchor.text(deep=True)
+        if len(text) > EDIT_LINK_MAX_CHARS or not EDIT_LINK.search(anchor.attributes.get("href") or ""):
+            continue
+        parent = anchor.parent
+        anchor.decompose()
+        if parent is not None and parent.tag == "span" and not parent.text(deep=True).strip(EDIT_LINK_REMNANTS):
+            parent.decompose()
 
 
 def remove_unlikely_candidates(body: LexborNode) -> None:

@@ -35,8 +35,11 @@ PROSE_COMMAS = 10
 # Slots of a tally (a plain list: this pass runs once per element, so attribute access counts).
 # RUNS counts text runs: the page's text puts a space between runs, link text (measured as
 # Readability does) does not.
-CHARS, RUNS, COMMAS, LINK_CHARS, PARAGRAPHS, IMAGES, ITEMS, FIGURES, KEEPERS = range(9)
-TALLY_SIZE = 9
+# BACKLINKS counts in-page links of one or two characters (^, ↑, a, b): a footnote's way back
+# to where it is cited, so a list whose items carry them is the page's notes, not chrome.
+CHARS, RUNS, COMMAS, LINK_CHARS, PARAGRAPHS, IMAGES, ITEMS, FIGURES, KEEPERS, BACKLINKS = range(10)
+TALLY_SIZE = 10
+BACKLINK_MAX_CHARS = 2
 
 
 def clean_article(nodes: list[LexborNode], strictness: Strictness) -> None:
@@ -93,6 +96,8 @@ def _clean_subtree(root: LexborNode, strictness: Strictness, weights: ClassWeigh
                 into[COMMAS] += commas
                 if tag == "a":
                     into[LINK_CHARS] += chars
+                    if chars <= BACKLINK_MAX_CHARS and _links_in_page(node):
+                        into[BACKLINKS] += 1
             if counted_slot is not None:
                 into[counted_slot] += 1
             continue
@@ -138,6 +143,10 @@ COUNTED_TAGS: dict[str, int] = {"p": PARAGRAPHS, "img": IMAGES, "li": ITEMS, "fi
 _EMPTY = (0,) * TALLY_SIZE
 
 
+def _links_in_page(anchor: LexborNode) -> bool:
+    return (anchor.attributes.get("href") or "").lstrip()[:1] == "#"
+
+
 def _is_fishy(
     node: LexborNode, tag: str, tally: list[int] | None, strictness: Strictness, weights: ClassWeights
 ) -> bool:
@@ -147,6 +156,8 @@ def _is_fishy(
         return True
     sums = tally if tally is not None else _EMPTY
     if sums[COMMAS] >= PROSE_COMMAS:
+        return False
+    if sums[BACKLINKS] and sums[BACKLINKS] * 2 >= sums[ITEMS] > 0:
         return False
     chars = sums[CHARS] + sums[RUNS]
     density = min(1.0, sums[LINK_CHARS] / chars) if chars else 0.0

@@ -20,9 +20,19 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.tools.extract.main_content import find_main_content
-from gateway.tools.extract.markdown_output import Container, Link, LinkCollector, ListState, MarkdownWriter, OutputFull
+from gateway.tools.extract.main_content_html import main_content_html
+from gateway.tools.extract.markdown_output import (
+    Container,
+    Link,
+    LinkCollector,
+    LinkReferences,
+    ListState,
+    MarkdownWriter,
+    OutputFull,
+)
+from gateway.tools.extract.render_options import DEFAULT_RENDER_OPTIONS, RenderOptions
 
-__all__ = ["Extraction", "Link", "html_to_markdown", "page_title"]
+__all__ = ["Extraction", "Link", "RenderOptions", "html_to_markdown", "page_title"]
 
 DEFAULT_MAX_CHARS = 400_000
 DEFAULT_MAX_LINKS = 20
@@ -45,7 +55,7 @@ PLAIN_INLINE_TAGS = frozenset(
 )  # fmt: skip
 # Block elements with no rule of their own: a paragraph break before and after. The render
 # loop handles them without a call to `enter`, as it does links and plain inline elements.
-PLAIN_BLOCK_TAGS = BLOCK_TAGS - {"blockquote", "dir", "li", "menu", "ol", "pre", "table", "ul"}
+PLAIN_BLOCK_TAGS = BLOCK_TAGS - {"blockquote", "dir", "dt", "li", "menu", "ol", "pre", "table", "ul"}
 HEADING_LEVEL = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 SKIPPED_TAGS = frozenset(
     {
@@ -56,7 +66,10 @@ SKIPPED_TAGS = frozenset(
 # Links an agent cannot follow: they keep their words and lose the target.
 # MathML's token elements: identifiers, numbers, operators, text, spaces and string literals.
 MATH_TOKENS = "mi, mn, mo, mtext, ms"
+REFERENCE_USE = re.compile(r"\]\[(\d+)\]")
 CODE_LANGUAGE = re.compile(r"(?:^|\s)(?:language|lang)-([\w+#.-]+)", re.I)
+# An in-page link that is a citation mark ([12], [a], [note 3]): its words stay, not the link.
+CITATION_MARK = re.compile(r"^\[?(?:\d{1,4}|[a-z]{1,2}|\w+ \d{1,4})\]?$", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +95,24 @@ SKIP_CHILDREN: ExitAction = _skip_children
 class _Renderer:
     """Walks a subtree with an explicit stack and drives the writer."""
 
-    def __init__(self, writer: MarkdownWriter, links: LinkCollector, title: str = "") -> None:
+    def __init__(
+        self,
+        writer: MarkdownWriter,
+        links: LinkCollector,
+        title: str = "",
+        options: RenderOptions = DEFAULT_RENDER_OPTIONS,
+        references: LinkReferences | None = None,
+    ) -> None:
         self.writer = writer
         self.links = links
         # The page title already heads the output; a first heading repeating it is dropped.
         self.pending_title = title
+        self.options = options
+        self.plain = options.format == "text"
+        # None: links are written inline (or not at all, for `links: none` and text).
+        self.references = references
+        self.bare_links = self.plain or options.links == "none"
+        self.in_heading = 0
 
     def render(self, root: LexborNode) -> None:
         # Stack items: a node to enter, or a callable to run when its element closes. Text
@@ -140,7 +166,11 @@ class _Renderer:
             return SKIP_CHILDREN
         if tag in HEADING_LEVEL:
             writer.flush_paragraph()
+            self.in_heading += 1
             return partial(self._close_heading, HEADING_LEVEL[tag])
+        if tag == "dt":
+            writer.flush_paragraph()
+            return self._close_term
         if tag == "br":
             writer.text("\n")
             return SKIP_CHILDREN
@@ -161,7 +191,8 @@ class _Renderer:
             return SKIP_CHILDREN
         if tag == "hr":
             writer.flush_paragraph()
-            writer.block("---")
+            if not self.plain:
+                writer.block("---")
             return SKIP_CHILDREN
         if tag == "table" and not is_layout_table(node):
             writer.flush_paragraph()
@@ -173,7 +204,8 @@ class _Renderer:
             return self._open_item()
         if tag == "blockquote":
             writer.flush_paragraph()
-            writer.containers.append(Container("> ", "> "))
+            quote = "  " if self.plain else "> "
+            writer.containers.append(Container(quote, quote))
             return self._close_container
         if tag in BLOCK_TAGS:
             writer.flush_paragraph()
@@ -182,14 +214,20 @@ class _Renderer:
 
     def _close_heading(self, level: int) -> None:
         writer = self.writer
-        text = " ".join("".join(writer.inline).split())
-        writer.inline.clear()
+        self.in_heading -= 1
+        text = writer.inline_text()
         if text and self.pending_title and text == self.pending_title:
             self.pending_title = ""
             return
         if text:
             self.pending_title = ""
-            writer.block(f"{'#' * level} {text}")
+            writer.heading(text if self.plain else f"{'#' * level} {text}", level)
+
+    def _close_term(self) -> None:
+        """A definition list's term, on a line of its own above its definitions."""
+        text = self.writer.inline_text()
+        if text:
+            self.writer.block(text if self.plain else f"**{text}**")
 
     def _close_link(self, start: int, href: str) -> None:
         inline = self.writer.inline
@@ -197,21 +235,38 @@ class _Renderer:
         text = " ".join(words.split())
         if not text:
             return
-        url = self.links.resolve(href)
+        links = self.links
+        url = links.resolve(href)
         if url is None:
+            return
+        if href.lstrip()[:1] == "#" or (links.document and url.startswith(links.document + "#")):
+            # In-page links: a heading's permalink (¶, #, 🔗) goes; a citation mark ([12]) and
+            # a heading linking to itself keep their words; a backlink (^, ↑) goes.
+            if not any(char.isalnum() for char in text):
+                del inline[start:]
+                return
+            if self.in_heading or CITATION_MARK.match(text):
+                return
+
+        if len(links.links) < links.max_links:
+            links.record(text, url)
+        if self.bare_links:
             return
         del inline[start:]
         lead = " " if words[:1].isspace() else ""
         trail = " " if words[-1:].isspace() else ""
         label = text.replace("[", "\\[").replace("]", "\\]") if "[" in text or "]" in text else text
-        inline.append(f"{lead}[{label}]({_escape_url(url)}){trail}")
-        links = self.links
-        if len(links.links) < links.max_links:
-            links.record(text, url)
+        if self.references is not None:
+            inline.append(f"{lead}[{label}][{self.references.number(url)}]{trail}")
+        else:
+            inline.append(f"{lead}[{label}]({_escape_url(url)}){trail}")
 
     def _inline_code(self, node: LexborNode) -> None:
         code = " ".join(node.text(deep=True).split())
         if not code:
+            return
+        if self.plain:
+            self.writer.text(code)
             return
         fence = "``" if "`" in code else "`"
         pad = " " if code.startswith("`") or code.endswith("`") else ""
@@ -239,6 +294,9 @@ class _Renderer:
         code = node.text(deep=True).strip("\n")
         if not code.strip():
             return
+        if self.plain:
+            self.writer.block(code, verbatim=True)
+            return
         language = code_language(node)
         longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
         fence = "`" * max(3, longest + 1)
@@ -252,6 +310,9 @@ class _Renderer:
             return
         width = max(len(row) for row in rows)
         padded = [row + [""] * (width - len(row)) for row in rows]
+        if self.plain:
+            self.writer.block("\n".join("\t".join(row).rstrip() for row in padded))
+            return
         lines = [_table_row(padded[0]), _table_row(["---"] * width)]
         lines.extend(_table_row(row) for row in padded[1:])
         self.writer.block("\n".join(lines))
@@ -259,11 +320,13 @@ class _Renderer:
     def _cell_text(self, cell: LexborNode) -> str:
         cell_writer = MarkdownWriter(self.writer.max_chars)
         try:
-            _Renderer(cell_writer, self.links).render(cell)
+            _Renderer(cell_writer, self.links, options=self.options, references=self.references).render(cell)
             cell_writer.flush_paragraph()
         except OutputFull:
             pass
         text = " ".join(cell_writer.markdown().split())
+        if self.plain:
+            return text
         return text.replace("\\", "\\\\").replace("|", "\\|")
 
     def _open_list(self, node: LexborNode, *, ordered: bool) -> ExitAction:
@@ -287,7 +350,7 @@ class _Renderer:
             marker = f"{state.next_number}. "
             state.next_number += 1
         else:
-            marker = "- "
+            marker = "• " if self.plain else "- "
         writer.containers.append(Container(marker, " " * len(marker)))
         return self._close_container
 
@@ -393,12 +456,15 @@ def html_to_markdown(
     *,
     max_chars: int = DEFAULT_MAX_CHARS,
     max_links: int = DEFAULT_MAX_LINKS,
+    options: RenderOptions = DEFAULT_RENDER_OPTIONS,
 ) -> Extraction:
-    """The main content of `html` as markdown, headed by `# title`, with up to max_links links."""
+    """The main content of `html` as markdown (or text, or cleaned HTML, per `options`), headed
+    by the title (`# title` in markdown, a plain line in text, none in HTML), with up to max_links
+    links."""
     if max_chars < 1 or max_links < 0:
         raise GatewayError(ErrorCode.INVALID_INPUT, "max_chars must be positive, max_links >= 0")
     try:
-        return _extract(html, base_url, max_chars, max_links)
+        return _extract(html, base_url, max_chars, max_links, options)
     except GatewayError:
         raise
     except (ValueError, TypeError, RuntimeError, MemoryError, UnicodeError) as exc:
@@ -406,16 +472,20 @@ def html_to_markdown(
         raise GatewayError(ErrorCode.UNSUPPORTED_CONTENT, f"page could not be parsed: {exc}") from exc
 
 
-def _extract(html: str, base_url: str, max_chars: int, max_links: int) -> Extraction:
+def _extract(html: str, base_url: str, max_chars: int, max_links: int, options: RenderOptions) -> Extraction:
     tree, article = find_main_content(html)
     title = page_title(tree)
     collector = LinkCollector(effective_base_url(tree, base_url), max_links)
+    if options.format == "html":
+        markup, truncated = main_content_html(article, collector, max_chars)
+        return Extraction(title, markup, tuple(collector.links), truncated)
+    references = LinkReferences() if options.links == "references" and options.format == "markdown" else None
     writer = MarkdownWriter(max_chars)
     truncated = False
     try:
         if title:
-            writer.block(f"# {title}")
-        renderer = _Renderer(writer, collector, title)
+            writer.block(title if options.format == "text" else f"# {title}")
+        renderer = _Renderer(writer, collector, title, options, references)
         for node in article:
             renderer.render(node)
         writer.flush_paragraph()
@@ -424,12 +494,30 @@ def _extract(html: str, base_url: str, max_chars: int, max_links: int) -> Extrac
     markdown = writer.markdown()
     if truncated:
         markdown = _cut(markdown, max_chars)
+    if references is not None and references.numbers:
+        markdown, truncated = _with_definitions(markdown.strip(), references, max_chars, truncated=truncated)
     return Extraction(
         title=title,
         markdown=markdown.strip() + "\n" if markdown.strip() else "",
         links=tuple(collector.links),
         source_truncated=truncated,
     )
+
+
+def _with_definitions(
+    markdown: str, references: LinkReferences, max_chars: int, *, truncated: bool
+) -> tuple[str, bool]:
+    """The markdown with its `[n]: url` list at the end, the whole still within max_chars."""
+    definitions = references.definitions(len(references.numbers))
+    if len(markdown) + 2 + len(definitions) > max_chars:
+        # Room for the list is made by cutting the text; only the references still used stay.
+        markdown = _cut(markdown, max(1, max_chars - 2 - len(definitions))).rstrip()
+        used = [int(number) for number in REFERENCE_USE.findall(markdown)]
+        definitions = references.definitions(max(used, default=0))
+        truncated = True
+    if not definitions:
+        return markdown, truncated
+    return f"{markdown}\n\n{definitions}"[:max_chars], truncated
 
 
 def _cut(markdown: str, max_chars: int) -> str:

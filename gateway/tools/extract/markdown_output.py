@@ -1,8 +1,10 @@
 """What HTML → markdown accumulates: the text written so far, under a cap, and the links kept.
 
-`MarkdownWriter` owns paragraph and block spacing, list and quote prefixes and the output cap;
-`LinkCollector` resolves link targets against the page's base URL and keeps the first few
-absolute http(s) links. Pure; never touches the network.
+`MarkdownWriter` owns paragraph and block spacing, list and quote prefixes, the output cap and
+the dropping of headings left with nothing under them (a "Contents" heading whose list was
+chrome); `LinkCollector` resolves link targets against the page's base URL and keeps the first
+few absolute http(s) links; `LinkReferences` numbers URLs for the `links: references` style.
+Pure; never touches the network.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ WHITESPACE = re.compile(r"[ \t\n\r\f\v]+")
 # What the fast path of `LinkCollector.resolve` leaves to urljoin: tabs and newlines to strip,
 # backslashes and dot segments to normalise.
 NEEDS_NORMALISING = re.compile(r"[\t\n\r\\]|/\.")
+# What a dropped edit link leaves in a heading of "[edit]" or "[edit | edit source]".
+EMPTY_BRACKETS = re.compile(r"\[[\s|]*\]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +133,35 @@ class MarkdownWriter:
         # state, which made two separate <ul>s render as one tight list, by allocator chance.
         self.last_block_lists: tuple[ListState, ...] = ()
 
+        # Headings written since the last other block, as (index in parts, level): a heading
+        # followed by one of the same or a higher level, or by the end, heads nothing.
+        self.open_headings: list[tuple[int, int]] = []
+
     def text(self, value: str) -> None:
         self.inline.append(value)
+
+    def inline_text(self) -> str:
+        """The pending inline text, collapsed, and cleared (a heading's or a term's words)."""
+        text = " ".join("".join(self.inline).split())
+        self.inline.clear()
+        if "[" in text:
+            text = " ".join(EMPTY_BRACKETS.sub(" ", text).split())
+        return text
+
+    def heading(self, body: str, level: int) -> None:
+        """A heading block; it is taken back if no content follows it before the next one."""
+        if self.containers:
+            self.block(body)
+            return
+        while self.open_headings and self.open_headings[-1][1] >= level:
+            self._take_back(self.open_headings.pop()[0])
+        index = len(self.parts)
+        self.block(body)
+        self.open_headings.append((index, level))
+
+    def _take_back(self, index: int) -> None:
+        self.length -= sum(len(piece) for piece in self.parts[index:])
+        del self.parts[index:]
 
     def flush_paragraph(self) -> None:
         if not self.inline:
@@ -149,6 +180,8 @@ class MarkdownWriter:
     def block(self, body: str, *, verbatim: bool = False) -> None:
         """Emit one block; `verbatim` keeps inner whitespace (fenced code)."""
         lists = tuple(self.lists)
+        if self.open_headings:
+            self.open_headings.clear()
         if not self.containers:
             # Outside list items and quotes (most blocks): no prefixes, one blank line before.
             if self.parts:
@@ -183,4 +216,24 @@ class MarkdownWriter:
             raise OutputFull
 
     def markdown(self) -> str:
+        if self.open_headings:
+            self._take_back(self.open_headings[0][0])
+            self.open_headings.clear()
         return "".join(self.parts)
+
+
+class LinkReferences:
+    """URLs numbered in order of first use, for `[words][n]` and the list at the end."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[str, int] = {}
+
+    def number(self, url: str) -> int:
+        found = self.numbers.get(url)
+        if found is None:
+            found = self.numbers[url] = len(self.numbers) + 1
+        return found
+
+    def definitions(self, up_to: int) -> str:
+        """The `[n]: url` lines of references 1..up_to."""
+        return "\n".join(f"[{n}]: {url}" for url, n in self.numbers.items() if n <= up_to)

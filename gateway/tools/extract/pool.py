@@ -32,6 +32,7 @@ from gateway.tasks import spawn
 from gateway.tools.extract.challenge import detect_challenge
 from gateway.tools.extract.decode import decode_body
 from gateway.tools.extract.markdown import Link, html_to_markdown
+from gateway.tools.extract.render_options import DEFAULT_RENDER_OPTIONS, RenderOptions
 
 INLINE_MAX_BYTES = 32 * 1024
 POOL_WORKERS = 2
@@ -66,6 +67,7 @@ def render_page(
     *,
     max_chars: int,
     convert_html: bool,
+    options: RenderOptions = DEFAULT_RENDER_OPTIONS,
 ) -> RenderedPage:
     """Decode, look for a bot challenge, and convert HTML to markdown (pure; runs in a worker)."""
     try:
@@ -80,7 +82,7 @@ def render_page(
         if challenge is not None:
             return RenderedPage(challenge=challenge)
         if decoded.kind == "html" and convert_html:
-            extraction = html_to_markdown(decoded.text, base_url, max_chars=max_chars)
+            extraction = html_to_markdown(decoded.text, base_url, max_chars=max_chars, options=options)
             return RenderedPage(
                 extraction.markdown,
                 extraction.title,
@@ -163,15 +165,17 @@ class ExtractionPool:
         *,
         max_chars: int,
         convert_html: bool,
+        options: RenderOptions = DEFAULT_RENDER_OPTIONS,
     ) -> RenderedPage:
         if len(body) <= INLINE_MAX_BYTES:
             return render_page(
-                body, content_type, status, headers, base_url, max_chars=max_chars, convert_html=convert_html
-            )
+                body, content_type, status, headers, base_url, max_chars=max_chars, convert_html=convert_html,
+                options=options,
+            )  # fmt: skip
         loop = asyncio.get_running_loop()
         work = functools.partial(
             render_page, body, content_type, status, dict(headers), base_url, max_chars=max_chars,
-            convert_html=convert_html,
+            convert_html=convert_html, options=options,
         )  # fmt: skip
         pool = await self._executor()
         return await loop.run_in_executor(pool, work)

@@ -1,0 +1,57 @@
+"""Validates audit lines against the schema file the gateway ships (gateway/observe/audit.schema.json).
+
+Every harness gateway registers its audit file; the session fixture in tests/conftest.py checks
+every line the suite produced, so a field added without the schema (and the README) fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import orjson
+
+import gateway.observe
+
+SCHEMA_PATH = Path(gateway.observe.__file__).parent / "audit.schema.json"
+
+
+@cache
+def validator() -> jsonschema.Draft202012Validator:
+    schema = orjson.loads(SCHEMA_PATH.read_bytes())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+def line_errors(line: Any) -> list[str]:
+    return [
+        f"{'/'.join(str(p) for p in error.path) or '<line>'}: {error.message}"
+        for error in validator().iter_errors(line)
+    ]
+
+
+def file_errors(path: Path) -> list[str]:
+    """Every problem in one audit file (and its rotated siblings): unparsable or invalid lines."""
+    problems: list[str] = []
+    for candidate in sorted(path.parent.glob(path.name + "*")):
+        for number, raw in enumerate(candidate.read_bytes().splitlines(), start=1):
+            if not raw.strip():
+                continue
+            try:
+                line = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                problems.append(f"{candidate}:{number}: not JSON ({exc}): {raw[:200]!r}")
+                continue
+            problems.extend(f"{candidate}:{number}: {error} in {raw[:300]!r}" for error in line_errors(line))
+    return problems
+
+
+def all_errors(paths: Iterable[Path]) -> list[str]:
+    problems: list[str] = []
+    for path in paths:
+        if path.exists():
+            problems.extend(file_errors(path))
+    return problems

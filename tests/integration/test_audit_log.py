@@ -1,0 +1,160 @@
+"""The audit log of a real daemon: ids echoed to clients, fail-closed on a lost destination with
+/readyz saying why, recovery, reopen on SIGUSR1, and a clear start-up failure."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from aiohttp import web
+
+from tests.conftest import GatewayFactory
+from tests.harness.gateway import GatewayProcess, policy_document
+from tests.harness.origins import Origin, OriginFactory
+
+WAIT_S = 10.0
+
+
+def _app() -> web.Application:
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text="<html><body><p>audited page</p></body></html>", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", page)
+    return app
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
+
+
+def _fetch(gateway: GatewayProcess, origin: Origin) -> httpx.Response:
+    return httpx.post(f"{gateway.api_url}/v1/fetch", json={"url": origin.url("/page")}, timeout=20)
+
+
+def _start(gateway_factory: GatewayFactory, origin: Origin, audit_path: Path, **env: str) -> GatewayProcess:
+    GatewayProcess.audit_files.append(audit_path)
+    policy = policy_document(allow_cidrs=[origin.cidr], ports=[80, 443, origin.port])
+    return gateway_factory(policy, env={"EGRESS_AUDIT_LOG": str(audit_path), **env})
+
+
+def _wait_ready(gateway: GatewayProcess, *, ready: bool) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_S
+    status, body = gateway.readyz()
+    while (status == 200) != ready and time.monotonic() < deadline:
+        time.sleep(0.05)
+        status, body = gateway.readyz()
+    assert (status == 200) == ready, body
+    return body
+
+
+def test_the_tools_api_echoes_the_line_id_and_the_line_carries_the_client(
+    gateway_factory: GatewayFactory, origins: OriginFactory, tmp_path: Path
+) -> None:
+    origin = origins.start(_app(), names=["docs.example.org"], tls=False)
+    audit_path = tmp_path / "audit.log"
+    gateway = _start(gateway_factory, origin, audit_path)
+    response = httpx.post(
+        f"{gateway.api_url}/v1/fetch",
+        json={"url": origin.url("/page?q=secret")},
+        headers={"X-Egress-Run": "run-7", "X-Egress-Step": "step-2"},
+        timeout=20,
+    )
+    assert response.status_code == 200, response.text
+    (line,) = [line for line in _lines(audit_path) if line["event"] == "decision"]
+    assert response.headers["X-Egress-Id"] == line["conn"]
+    assert line["client_ip"] == "127.0.0.1"
+    assert isinstance(line["client_port"], int)
+    assert (line["decision"], line["outcome"], line["run"], line["step"]) == ("allow", "ok", "run-7", "step-2")
+    assert "secret" not in audit_path.read_text()
+
+
+def test_a_lost_audit_destination_refuses_egress_until_it_can_be_written_again(
+    gateway_factory: GatewayFactory, origins: OriginFactory, tmp_path: Path
+) -> None:
+    origin = origins.start(_app(), names=["docs.example.org"], tls=False)
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    audit_path = directory / "audit.log"
+    gateway = _start(gateway_factory, origin, audit_path)
+    assert _fetch(gateway, origin).status_code == 200
+
+    shutil.rmtree(directory)
+    _fetch(gateway, origin)  # its line cannot be written: the gateway learns the destination is gone
+    refused = _fetch(gateway, origin)
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"]["code"] == "audit_unavailable"
+    with httpx.Client(proxy=gateway.proxy_url, timeout=10) as client:
+        proxied = client.get(origin.url("/page"))
+    assert proxied.status_code == 503
+    assert proxied.headers["X-Egress-Code"] == "audit_unavailable"
+    body = _wait_ready(gateway, ready=False)
+    assert body["checks"]["audit_writable"] is False
+    assert "audit.log" in body["reasons"]["audit_writable"]
+    metrics = httpx.get(f"{gateway.admin_url}/metrics", timeout=5).text
+    assert "egress_gateway_audit_writable 0.0" in metrics
+    assert "egress_gateway_audit_write_failures_total 0.0" not in metrics
+
+    directory.mkdir()
+    _wait_ready(gateway, ready=True)
+    assert _fetch(gateway, origin).status_code == 200
+    lines = _lines(audit_path)
+    assert any(line["event"] == "audit_resumed" for line in lines)
+    assert any(line.get("code") == "audit_unavailable" for line in lines), "the refusals are audited once back"
+
+
+def test_audit_failure_allow_keeps_traffic_flowing(
+    gateway_factory: GatewayFactory, origins: OriginFactory, tmp_path: Path
+) -> None:
+    origin = origins.start(_app(), names=["docs.example.org"], tls=False)
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    gateway = _start(gateway_factory, origin, directory / "audit.log", EGRESS_AUDIT_ON_FAILURE="allow")
+    shutil.rmtree(directory)
+    assert [_fetch(gateway, origin).status_code for _ in range(3)] == [200, 200, 200]
+    assert gateway.readyz()[0] == 200
+
+
+def test_sigusr1_reopens_the_audit_file_after_logrotate_moved_it(
+    gateway_factory: GatewayFactory, origins: OriginFactory, tmp_path: Path
+) -> None:
+    origin = origins.start(_app(), names=["docs.example.org"], tls=False)
+    audit_path = tmp_path / "audit.log"
+    gateway = _start(gateway_factory, origin, audit_path)
+    assert _fetch(gateway, origin).status_code == 200
+    rotated = tmp_path / "audit.log.1"
+    audit_path.rename(rotated)
+    GatewayProcess.audit_files.append(rotated)
+    gateway.signal(signal.SIGUSR1)
+    deadline = time.monotonic() + WAIT_S
+    while not audit_path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _fetch(gateway, origin).status_code == 200
+    assert len(_lines(rotated)) == 1
+    assert [line["event"] for line in _lines(audit_path)] == ["decision"]
+
+
+def test_an_unwritable_audit_destination_is_a_one_line_start_up_failure(tmp_path: Path) -> None:
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "EGRESS_AUDIT_LOG": str(tmp_path / "missing" / "audit.log"),
+        "EGRESS_PROXY_LISTEN": "127.0.0.1:0",
+        "EGRESS_API_LISTEN": "127.0.0.1:0",
+        "EGRESS_ADMIN_LISTEN": "127.0.0.1:0",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve"], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"egress-gateway: EGRESS_AUDIT_LOG: cannot open {tmp_path}/missing/audit.log: No such file or directory"
+    )
