@@ -20,7 +20,8 @@ from gateway.errors import GatewayError
 from gateway.observe import metrics
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.decision_caches import ForwardTarget, ProxyDecisions
-from gateway.proxy.forward import ForwardExchange, UpstreamConnection, build_request_head
+from gateway.proxy.exchange import ForwardExchange, ParsedRequest, build_request_head
+from gateway.proxy.forward import UpstreamConnection
 from gateway.proxy.pool import UpstreamPool
 from gateway.tasks import spawn
 
@@ -35,15 +36,10 @@ class ForwardDispatcher:
         self.decisions = decisions
         self.pool = pool
 
-    def start(
-        self,
-        exchange: ForwardExchange,
-        url: bytes,
-        headers: list[tuple[bytes, bytes]],
-        authorization: bytes | None,
-        named: frozenset[bytes],
-    ) -> None:
+    def start(self, request: ParsedRequest) -> None:
         """Decide and send: synchronously when no DNS query is needed, else in an owned task."""
+        exchange, url, headers, named = request.exchange, request.url, request.headers, request.connection_named
+        authorization = request.authorization
         loaded = self.core.loaded
         principal: Principal | None = None
         forward: ForwardTarget | None = None

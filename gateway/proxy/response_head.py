@@ -43,6 +43,12 @@ class ResponseHeadScanner:
         buffer += data
         end = buffer.find(HEAD_END, start)
         if end < 0:
+            # A bare LF line end (RFC 9112 section 2.2 lets a recipient accept it; llhttp in strict
+            # mode refuses it): hand the head over so the parser refuses it now, not at the cap.
+            end = buffer.find(b"\n\n", start)
+            if end >= 0:
+                end -= 2
+        if end < 0:
             self._count(len(data), buffer.count(b"\n", self._scanned))
             self._scanned = len(buffer)
             return None

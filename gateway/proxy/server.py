@@ -28,7 +28,8 @@ from gateway.observe.audit import AuditLog
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.decision_caches import ProxyDecisions
 from gateway.proxy.dispatch import ForwardDispatcher
-from gateway.proxy.forward import PAUSE_PIPELINE, ForwardExchange, UpstreamConnection
+from gateway.proxy.exchange import ForwardExchange, ParsedRequest, PauseReason
+from gateway.proxy.forward import UpstreamConnection
 from gateway.proxy.heads import (
     FRAMING_FIELDS,
     MAX_HEAD_BYTES,
@@ -179,14 +180,12 @@ class ClientConnection(asyncio.Protocol):
         self._refusal: GatewayError | None = None
         self._exchange: ForwardExchange | None = None
         self._receiving: ForwardExchange | None = None
-        self._queued: deque[
-            tuple[ForwardExchange, bytes, list[tuple[bytes, bytes]], bytes | None, frozenset[bytes]]
-        ] = deque()
+        self._queued: deque[ParsedRequest] = deque()
         self._tunnel: Tunnel | None = None
         self._connecting = False
         # Client bytes that arrive while a CONNECT is being dialed (a ClientHello sent eagerly).
         self._early = bytearray()
-        self._pause_mask = 0
+        self._pause_mask = PauseReason(0)
         # One deadline serves the head deadline and the keep-alive idle time (which one: _idle_timer).
         self._deadline = LazyDeadline(self._timeout, server.loop)
         self._idle_timer = False
@@ -263,7 +262,7 @@ class ClientConnection(asyncio.Protocol):
         if self._tunnel is not None:
             self._tunnel.client_lost(exc)
             return
-        for exchange in [self._exchange, *(q[0] for q in self._queued)]:
+        for exchange in [self._exchange, *(queued.exchange for queued in self._queued)]:
             if exchange is not None and exchange.upstream is not None:
                 upstream = exchange.upstream
                 upstream.exchange = None
@@ -363,14 +362,14 @@ class ClientConnection(asyncio.Protocol):
             client_keep_alive=parser.should_keep_alive(),
         )
         self._receiving = exchange
-        item = (exchange, self._url, self._headers, self._authorization, named)
+        item = ParsedRequest(exchange, self._url, self._headers, self._authorization, named)
         if self._exchange is None:
             self._exchange = exchange
-            self.server.dispatcher.start(*item)
+            self.server.dispatcher.start(item)
         else:
             # Pipelined: answer in order, and read no further until this one's turn.
             self._queued.append(item)
-            self.pause_client_reading(PAUSE_PIPELINE)
+            self.pause_client_reading(PauseReason.PIPELINE)
 
     def on_body(self, body: bytes) -> None:
         if self._receiving is not None:
@@ -386,12 +385,12 @@ class ClientConnection(asyncio.Protocol):
             receiving.request_end()
 
     # the ClientSide interface used by forward.py ---------------------------------------------
-    def pause_client_reading(self, reason: int) -> None:
+    def pause_client_reading(self, reason: PauseReason) -> None:
         if not self._pause_mask and not self._closed:
             self.transport.pause_reading()
         self._pause_mask |= reason
 
-    def resume_client_reading(self, reason: int) -> None:
+    def resume_client_reading(self, reason: PauseReason) -> None:
         if not self._pause_mask & reason:
             return
         self._pause_mask &= ~reason
@@ -459,10 +458,10 @@ class ClientConnection(asyncio.Protocol):
     def _next_exchange(self) -> None:
         if self._queued:
             item = self._queued.popleft()
-            self._exchange = item[0]
+            self._exchange = item.exchange
             if not self._queued:
-                self.resume_client_reading(PAUSE_PIPELINE)
-            self.server.dispatcher.start(*item)
+                self.resume_client_reading(PauseReason.PIPELINE)
+            self.server.dispatcher.start(item)
             return
         self._set_deadline(self.server.core.loaded.policy.proxy.idle_timeout_s, idle=True)
 

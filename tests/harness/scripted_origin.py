@@ -11,7 +11,12 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.harness.dns import FakeDNS
+from tests.harness.origins import OriginFactory
 
 Handler = Callable[["ScriptedOrigin", socket.socket, int], None]
 HANDLER_TIMEOUT_S = 20.0
@@ -75,3 +80,22 @@ def answer_each_request(response: bytes) -> Handler:
             conn.sendall(response)
 
     return handle
+
+
+ScriptedFactory = Callable[[Handler, str], ScriptedOrigin]
+
+
+@pytest.fixture
+def scripted(origins: OriginFactory, fake_dns: FakeDNS) -> Iterator[ScriptedFactory]:
+    """`start(handler, name)`: a scripted origin on its own loopback address, `name` routed to it."""
+    started: list[ScriptedOrigin] = []
+
+    def start(handler: Handler, name: str) -> ScriptedOrigin:
+        origin = ScriptedOrigin(origins.next_ip(), handler)
+        fake_dns.add(name, origin.ip)
+        started.append(origin)
+        return origin
+
+    yield start
+    for origin in started:
+        origin.close()

@@ -35,11 +35,11 @@ import httpx
 import pytest
 from aiohttp import web
 
+from tests.harness import proxy as support
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.origins import Origin, OriginFactory
-from tests.integration import test_proxy_support as support
-from tests.integration.test_proxy_support import ProxyProcess, proxy_policy
+from tests.harness.proxy import ProxyProcess, proxy_policy
 
 ProxyFactory = Callable[..., ProxyProcess]
 proxy_factory = support.proxy_factory  # the fixture, shared with the other proxy test modules

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.harness import proxy as support
 from tests.harness.dns import FakeDNS
 from tests.harness.origins import OriginFactory
+from tests.harness.proxy import ProxyProcess, proxy_policy
 from tests.harness.scripted_origin import ScriptedOrigin
-from tests.integration import test_proxy_support as support
-from tests.integration.test_proxy_support import ProxyProcess, proxy_policy
 from tests.unit.test_hello_gate import CHANGE_CIPHER_SPEC, HRR
 from tests.unit.test_sni import client_hello
 

@@ -15,18 +15,18 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
-from tests.harness.dns import FakeDNS
-from tests.harness.origins import OriginFactory
-from tests.harness.scripted_origin import Handler, ScriptedOrigin
-from tests.integration import test_proxy_support as support
-from tests.integration.test_proxy_support import ProxyProcess, proxy_policy, raw_exchange
+from tests.harness import proxy as support
+from tests.harness import scripted_origin
+from tests.harness.proxy import ProxyProcess, proxy_policy, raw_exchange
+from tests.harness.scripted_origin import Handler, ScriptedFactory, ScriptedOrigin
 
 ProxyFactory = Callable[..., ProxyProcess]
 proxy_factory = support.proxy_factory
+hostile = scripted_origin.scripted
 
 ATTACK_LIMIT_BYTES = 160 * 1024 * 1024  # how much a hostile origin sends at most (the test stays bounded)
 HEALTHZ_MAX_S = 1.0  # a frozen loop took tens of seconds; a loaded machine answers well under this
@@ -49,21 +49,6 @@ def _endless(prefix: bytes, unit: bytes) -> Handler:
     return handle
 
 
-@pytest.fixture
-def hostile(origins: OriginFactory, fake_dns: FakeDNS) -> Iterator[Callable[[Handler, str], ScriptedOrigin]]:
-    started: list[ScriptedOrigin] = []
-
-    def start(handler: Handler, name: str) -> ScriptedOrigin:
-        origin = ScriptedOrigin(origins.next_ip(), handler)
-        fake_dns.add(name, origin.ip)
-        started.append(origin)
-        return origin
-
-    yield start
-    for origin in started:
-        origin.close()
-
-
 def _healthz_latency(proxy: ProxyProcess) -> float:
     started = time.perf_counter()
     with urllib.request.urlopen(f"{proxy.admin_url}/healthz", timeout=30) as response:
@@ -80,7 +65,7 @@ def _healthz_latency(proxy: ProxyProcess) -> float:
     ],
 )
 def test_endless_response_head_is_cut_502_too_large_without_stalling_the_loop(
-    proxy_factory: ProxyFactory, hostile: Callable[[Handler, str], ScriptedOrigin], prefix: bytes, unit: bytes
+    proxy_factory: ProxyFactory, hostile: ScriptedFactory, prefix: bytes, unit: bytes
 ) -> None:
     origin = hostile(_endless(prefix, unit), "endless.example.org")
     proxy = proxy_factory(proxy_policy([origin.cidr], ports=[origin.port]))
@@ -120,7 +105,7 @@ def _drip(prefix: bytes, drip: bytes, interval_s: float) -> Handler:
 
 
 def test_origin_dripping_its_head_meets_the_response_head_deadline_504(
-    proxy_factory: ProxyFactory, hostile: Callable[[Handler, str], ScriptedOrigin]
+    proxy_factory: ProxyFactory, hostile: ScriptedFactory
 ) -> None:
     origin = hostile(_drip(b"HTTP/1.1 200 OK\r\nX-Drip: ", b"d", 0.2), "drip-head.example.org")
     policy = proxy_policy(
@@ -134,7 +119,7 @@ def test_origin_dripping_its_head_meets_the_response_head_deadline_504(
 
 
 def test_origin_dripping_its_body_meets_the_response_deadline(
-    proxy_factory: ProxyFactory, hostile: Callable[[Handler, str], ScriptedOrigin]
+    proxy_factory: ProxyFactory, hostile: ScriptedFactory
 ) -> None:
     origin = hostile(_drip(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n", b"b", 0.2), "drip-body.example.org")
     policy = proxy_policy([origin.cidr], ports=[origin.port], proxy={"idle_timeout_s": 30, "response_timeout_s": 2})

@@ -11,37 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import pytest
 
-from tests.harness.dns import FakeDNS
-from tests.harness.origins import OriginFactory
-from tests.harness.scripted_origin import Handler, ScriptedOrigin, answer_each_request
-from tests.integration import test_proxy_support as support
-from tests.integration.test_proxy_support import ProxyProcess, basic, proxy_policy, raw_exchange
+from tests.harness import proxy as support
+from tests.harness import scripted_origin
+from tests.harness.proxy import ProxyProcess, basic, proxy_policy, raw_exchange
+from tests.harness.scripted_origin import ScriptedFactory, answer_each_request
 
 ProxyFactory = Callable[..., ProxyProcess]
-ScriptedFactory = Callable[[Handler, str], ScriptedOrigin]
 proxy_factory = support.proxy_factory
+scripted = scripted_origin.scripted
 
 OK_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-
-
-@pytest.fixture
-def scripted(origins: OriginFactory, fake_dns: FakeDNS) -> Iterator[ScriptedFactory]:
-    started: list[ScriptedOrigin] = []
-
-    def start(handler: Handler, name: str) -> ScriptedOrigin:
-        origin = ScriptedOrigin(origins.next_ip(), handler)
-        fake_dns.add(name, origin.ip)
-        started.append(origin)
-        return origin
-
-    yield start
-    for origin in started:
-        origin.close()
 
 
 def _no_tracebacks(proxy: ProxyProcess) -> None:

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.forward import build_request_head
+from gateway.proxy.exchange import build_request_head
 from gateway.proxy.heads import (
     error_response,
     parse_connect_authority,
