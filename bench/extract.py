@@ -5,8 +5,9 @@ Corpora, read by path (the network is never touched):
   the main content). Scored as a bag of words with counts against expected.html: precision,
   recall and F1 per page, averaged.
 - `--snippets DIR`: real pages with hand-picked snippets (DIR/cases.json, DIR/pages/*.gz). A
-  "with" snippet is found when its lowercase word tokens appear in a row in the output's, as in
-  trafilatura's own evaluation: precision = found-with / (found-with + found-without), recall =
+  snippet is found when its lowercase word tokens appear in a row in the output's (its first and
+  last token may be cut mid-word, as the snippets were cut by character), as in trafilatura's own
+  evaluation: precision = found-with / (found-with + found-without), recall =
   found-with / all with, leak = found-without / all without, summed over the pages of a part.
   Every fourth page (in key order) is held out of tuning and reported as its own part.
 
@@ -187,9 +188,27 @@ def load_snippets(snippets_dir: Path, only: str | None) -> tuple[list[Page], lis
     return tuning, held_out
 
 
-def contains(haystack: list[str], first_index: dict[str, list[int]], needle: tuple[str, ...]) -> bool:
+def contains(haystack: list[str], where: dict[str, list[int]], needle: tuple[str, ...]) -> bool:
+    """Whether the snippet's tokens appear in a row; its first and last may be cut mid-word.
+
+    The snippets were cut from the page by character ("m Juni 1948" for "Im Juni 1948"), so the
+    first token may be the end of a word and the last the start of one; inner tokens are exact.
+    """
     width = len(needle)
-    return any(tuple(haystack[start : start + width]) == needle for start in first_index.get(needle[0], ()))
+    if width == 1:
+        return needle[0] in where
+    if width == 2:
+        starts: list[int] = [i for i in range(len(haystack) - 1) if haystack[i + 1].startswith(needle[1])]
+    else:
+        starts = [position - 1 for position in where.get(needle[1], ()) if position > 0]
+    inner = needle[1:-1]
+    for start in starts:
+        end = start + width - 1
+        if end >= len(haystack) or not haystack[start].endswith(needle[0]):
+            continue
+        if tuple(haystack[start + 1 : end]) == inner and haystack[end].startswith(needle[-1]):
+            return True
+    return False
 
 
 def score_page(page: Page, output: str, ms: float) -> PageResult:

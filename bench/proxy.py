@@ -39,12 +39,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from gateway.egress.own_addresses import own_addresses  # noqa: E402
 from gateway.egress.resolver import Resolver  # noqa: E402 - after the path insert
 from gateway.egress.target import EgressCore  # noqa: E402
 from gateway.observe.audit import AuditLog  # noqa: E402
 from gateway.policy.holder import PolicyHolder  # noqa: E402
 from gateway.proxy.server import ProxyServer  # noqa: E402
-from gateway.settings import ListenAddress  # noqa: E402
 from tests.harness.dns import FakeDNS  # noqa: E402
 
 ORIGIN_IP = "127.0.0.2"
@@ -185,7 +185,7 @@ async def serve_gateway(policy_path: str, nameserver: str, audit_path: str, port
     """The gateway's proxy with its production wiring minus the other listeners."""
     holder = PolicyHolder(policy_path)
     resolver = Resolver([nameserver])
-    core = EgressCore(resolver, lambda: holder.current, (ListenAddress("127.0.0.1", port),))
+    core = EgressCore(resolver, lambda: holder.current, own_addresses(["127.0.0.1"]))
     server = ProxyServer(core, AuditLog(audit_path))
     await server.start("127.0.0.1", port)
     # As gateway/app.py does after start-up: start-up objects stay out of later full collections.

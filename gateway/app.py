@@ -21,6 +21,7 @@ from gateway import __version__
 from gateway.budget import BudgetStore, open_store
 from gateway.egress.client import GuardedClient
 from gateway.egress.connect import build_ssl_context
+from gateway.egress.own_addresses import own_addresses
 from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
@@ -154,7 +155,10 @@ class Gateway:
         """The resolver, egress core, guarded client and extraction pool (inside the loop)."""
         self.resolver = Resolver(self.settings.nameservers, timeout_s=self.settings.dns_timeout_s)
         self.core = EgressCore(
-            self.resolver, lambda: self.policy.current, self.settings.listen_addresses, on_dns=_record_dns
+            self.resolver,
+            lambda: self.policy.current,
+            own_addresses(listen.host for listen in self.settings.listen_addresses),
+            on_dns=_record_dns,
         )
         self.core.admission = self.audit.refusal
         self.client = GuardedClient(self.core, self.ssl_context, self.settings.user_agent)

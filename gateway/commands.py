@@ -43,11 +43,12 @@ def serve(settings: Settings) -> int:
 
 async def check(settings: Settings, url: str, principal_name: str | None) -> int:
     """Resolve and decide without connecting; one JSON object on stdout."""
+    from gateway.egress.own_addresses import own_addresses  # noqa: PLC0415
     from gateway.egress.resolver import Resolver  # noqa: PLC0415
     from gateway.egress.target import EgressCore  # noqa: PLC0415
+    from gateway.policy.decide import vet_url_for  # noqa: PLC0415
     from gateway.policy.load import load_policy_file  # noqa: PLC0415
     from gateway.policy.model import LoadedPolicy  # noqa: PLC0415
-    from gateway.vet.urls import vet_url  # noqa: PLC0415
 
     try:
         policy = load_policy_file(settings.policy_path)
@@ -61,16 +62,13 @@ async def check(settings: Settings, url: str, principal_name: str | None) -> int
         principal = policy.principals.get(principal_name) if principal_name else policy.default_principal
         if principal is None:
             raise GatewayError(ErrorCode.POLICY_DENIED, f"no principal {principal_name or 'default'!r} in the policy")
-        vetted = vet_url(
-            url,
-            allowed_ports=policy.defaults.ports,
-            literal_ips_allowed=policy.defaults.literal_ips == "allow",
-            refuse_secrets=False,
-        )
+        # The very checks web_fetch makes on its URL argument (secret query parameters included),
+        # then the egress core's decision: check and /v1/fetch cannot disagree.
+        vetted = vet_url_for(policy, url)
         result["host"] = vetted.host.name
-        core = EgressCore(resolver, lambda: loaded, settings.listen_addresses)
+        core = EgressCore(resolver, lambda: loaded, own_addresses(listen.host for listen in settings.listen_addresses))
         target = await core.pin(principal, vetted.host, vetted.port)
-        result["addresses"] = [str(a) for a in target.addresses]
+        result["addresses"] = list(target.address_texts)
         if target.would_deny is not None:
             result.update(
                 code=str(target.would_deny.code), reason=f"report mode, would deny: {target.would_deny.message}"

@@ -1,9 +1,11 @@
 """The guarded HTTP client that web_fetch and web_search use, and nothing else.
 
-Each hop: vet the URL, decide and pin the target, connect only to the pinned address (TLS with
-SNI and hostname checks against the name), read the body under a wire cap and a decoded cap.
-Redirects are followed by hand, each hop vetted again; https→http is refused; a request that
-carries a credential follows none. One deadline covers DNS, connect, every hop and the body.
+Takes a URL its caller already vetted under the policy in force and an absolute deadline. Each
+hop: decide and pin the target, connect only to the pinned address (TLS with SNI and hostname
+checks against the name), read the body under a wire cap and a decoded cap. Redirects are
+followed by hand, each Location vetted like the first URL; https→http is refused; a request
+that carries a credential follows none. The caller's deadline covers DNS, connect, every hop and
+the body; nothing here starts a timer of its own.
 No cookies, no proxy from the environment, no caller-controlled headers beyond what the tools set.
 """
 
@@ -20,29 +22,21 @@ import yarl
 from multidict import CIMultiDict
 
 from gateway.egress.connect import PinnedResolver, describe_connect_error
+from gateway.egress.deadline import Deadline
 from gateway.egress.decompress import BoundedBody
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
-from gateway.policy.model import LoadedPolicy, Principal
-from gateway.vet.urls import VettedUrl, vet_url
+from gateway.policy.decide import vet_url_for
+from gateway.policy.model import FetchSettings, LoadedPolicy, Principal
+from gateway.vet.urls import VettedUrl
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 READ_CHUNK_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
-class ClientLimits:
-    max_redirects: int = 4
-    max_wire_bytes: int = 2 * 1024 * 1024
-    max_decoded_bytes: int = 2 * 1024 * 1024
-    deadline_s: float = 30.0
-    max_headers: int = 100
-    max_header_line_bytes: int = 16 * 1024
-
-
-@dataclass(frozen=True, slots=True)
 class OutboundRequest:
-    url: str
+    url: VettedUrl
     method: str = "GET"
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes | None = None
@@ -84,37 +78,31 @@ class GuardedClient:
         request: OutboundRequest,
         *,
         principal: Principal,
-        limits: ClientLimits,
+        limits: FetchSettings,
+        deadline: Deadline,
         loaded: LoadedPolicy | None = None,
     ) -> FetchedResponse:
-        """Run `request` under one deadline, following vetted redirects."""
+        """Run `request` until `deadline`, following vetted redirects."""
         loaded = loaded or self._core.loaded
         try:
-            async with asyncio.timeout(limits.deadline_s):
+            async with asyncio.timeout_at(deadline.at):
                 return await self._follow(request, principal, limits, loaded)
         except TimeoutError:
-            raise GatewayError(ErrorCode.TIMEOUT, f"the {limits.deadline_s:g} s deadline passed") from None
-
-    def _vet(self, url: str, request: OutboundRequest, loaded: LoadedPolicy) -> VettedUrl:
-        defaults = loaded.policy.defaults
-        return vet_url(
-            url,
-            allowed_ports=defaults.ports,
-            literal_ips_allowed=defaults.literal_ips == "allow",
-            refuse_secrets=request.refuse_secret_params,
-        )
+            raise deadline.expired_error() from None
 
     async def _follow(
-        self, request: OutboundRequest, principal: Principal, limits: ClientLimits, loaded: LoadedPolicy
+        self, request: OutboundRequest, principal: Principal, limits: FetchSettings, loaded: LoadedPolicy
     ) -> FetchedResponse:
-        url = request.url
+        vetted = request.url
         method = request.method
         body = request.body
         hops: list[str] = []
         would_deny: GatewayError | None = None
+        next_url = vetted.url
         while True:
             try:
-                vetted = self._vet(url, request, loaded)
+                if hops:
+                    vetted = vet_url_for(loaded.policy, next_url, refuse_secrets=request.refuse_secret_params)
                 target = await self._core.pin(principal, vetted.host, vetted.port, loaded=loaded)
             except GatewayError as exc:
                 if hops and exc.code in (ErrorCode.UNSAFE_URL, ErrorCode.BLOCKED_DESTINATION, ErrorCode.POLICY_DENIED):
@@ -138,7 +126,6 @@ class GuardedClient:
             hops.append(vetted.url)
             if response.status == 303 or (response.status in (301, 302) and method == "POST"):
                 method, body = "GET", None
-            url = next_url
 
     async def _one_hop(
         self,
@@ -148,7 +135,7 @@ class GuardedClient:
         method: str,
         body: bytes | None,
         request: OutboundRequest,
-        limits: ClientLimits,
+        limits: FetchSettings,
     ) -> tuple[FetchedResponse, str | None]:
         headers = CIMultiDict(request.headers)
         headers.setdefault("User-Agent", self._user_agent)

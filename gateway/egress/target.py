@@ -9,20 +9,30 @@ produced here, in the same call: no second lookup can sneak a rebinding in betwe
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.egress.resolver import Resolver
 from gateway.errors import ErrorCode, GatewayError
-from gateway.policy.decide import decide_addresses, decide_destination
+from gateway.memo import BoundedMemo
+from gateway.policy.decide import decide_addresses, decide_form, decide_name
 from gateway.policy.model import LoadedPolicy, Principal
-from gateway.settings import ListenAddress
-from gateway.vet.addresses import AddressGuard, IPAddress
+from gateway.vet.addresses import AddressGuard, IPAddress, IPNetwork
 from gateway.vet.urls import VettedHost
 
 # Allowed cached decisions kept per policy generation; cleared when full (agents reuse few hosts).
 MAX_REMEMBERED_TARGETS = 4096
+# Name verdicts `pin_cached` made on a resolver miss, waiting for the `pin` that follows.
+MAX_PENDING_NAMES = 4096
+NameKey = tuple[str, str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class NameVerdict:
+    """The policy's verdict on a name: allowed (report mode may carry what enforce would deny)."""
+
+    report: bool
+    would_deny: GatewayError | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,18 +55,6 @@ class PinnedTarget:
         return self.host.name
 
 
-def self_addresses(listeners: tuple[ListenAddress, ...]) -> tuple[IPAddress, ...]:
-    """The gateway's own listening addresses: never a destination (no connecting back to itself)."""
-    out: list[IPAddress] = []
-    for listener in listeners:
-        ip = ipaddress.ip_address(listener.host)
-        if ip.is_unspecified:
-            out.extend([ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")])
-        else:
-            out.append(ip)
-    return tuple(out)
-
-
 class EgressCore:
     """Holds the resolver and the per-generation address guard; decides and pins targets."""
 
@@ -64,17 +62,18 @@ class EgressCore:
         self,
         resolver: Resolver,
         policy_source: Callable[[], LoadedPolicy],
-        listeners: tuple[ListenAddress, ...],
+        own_addresses: tuple[IPAddress | IPNetwork, ...],
         on_dns: Callable[[float], None] | None = None,
     ) -> None:
         self.resolver = resolver
         self._policy_source = policy_source
-        self._self_addresses = self_addresses(listeners)
+        self._own_addresses = own_addresses
         self._guard_generation = -1
         self._guard = AddressGuard()
         self._on_dns = on_dns
-        self._remembered_generation = -1
-        self._remembered: dict[tuple[str, str, int], PinnedTarget] = {}
+        self._memo_generation = -1
+        self._remembered: BoundedMemo[NameKey, PinnedTarget] = BoundedMemo(MAX_REMEMBERED_TARGETS)
+        self._pending_names: BoundedMemo[NameKey, NameVerdict] = BoundedMemo(MAX_PENDING_NAMES)
         # Set by the daemon to the audit log's refusal: no new egress while it cannot be written.
         self.admission: Callable[[], GatewayError | None] | None = None
 
@@ -85,18 +84,24 @@ class EgressCore:
     def guard_for(self, loaded: LoadedPolicy) -> AddressGuard:
         if loaded.generation != self._guard_generation:
             defaults = loaded.policy.defaults
-            self._guard = AddressGuard(defaults.allow_cidrs, defaults.deny_cidrs, self._self_addresses)
+            self._guard = AddressGuard(defaults.allow_cidrs, defaults.deny_cidrs, self._own_addresses)
             self._guard_generation = loaded.generation
         return self._guard
 
     async def pin(
         self, principal: Principal, host: VettedHost, port: int, *, loaded: LoadedPolicy | None = None
     ) -> PinnedTarget:
-        """Decide, resolve and vet. Raises GatewayError on denial (enforce mode)."""
+        """Decide, resolve and vet. Raises GatewayError on denial (enforce mode).
+
+        After a `pin_cached` miss for the same (principal, host, port) under the same generation,
+        the name verdict it made is used instead of deciding again."""
         if self.admission is not None and (refusal := self.admission()) is not None:
             raise refusal
         loaded = loaded or self.loaded
-        report, would_deny = self._decide_name(loaded, principal, host, port)
+        self._same_generation(loaded)
+        verdict = self._pending_names.pop((principal.name, host.name, port), None)
+        if verdict is None:
+            verdict = self._decide_name(loaded, principal, host, port)
         dns_s = 0.0
         if host.ip is not None:
             addresses: tuple[IPAddress, ...] = (host.ip,)
@@ -107,9 +112,7 @@ class EgressCore:
             if self._on_dns and not resolution.cached:
                 self._on_dns(dns_s)
             addresses = resolution.addresses
-        return self._vet_addresses(
-            loaded, principal, host, port, addresses=addresses, report=report, would_deny=would_deny, dns_s=dns_s
-        )
+        return self._vet_addresses(loaded, principal, host, port, addresses=addresses, verdict=verdict, dns_s=dns_s)
 
     def pin_cached(
         self, principal: Principal, host: VettedHost, port: int, loaded: LoadedPolicy
@@ -123,47 +126,53 @@ class EgressCore:
         """
         if self.admission is not None and (refusal := self.admission()) is not None:
             raise refusal
+        self._same_generation(loaded)
+        key = (principal.name, host.name, port)
         if host.ip is not None:
             addresses: tuple[IPAddress, ...] = (host.ip,)
         else:
             cached = self.resolver.cached_addresses(host.name)
             if cached is None:
-                # Judge the name anyway: a denied name is refused without waiting for DNS.
-                self._decide_name(loaded, principal, host, port)
+                # Judge the name anyway: a denied name is refused without waiting for DNS, and an
+                # allowed one is not judged a second time by the `pin` that follows.
+                self._pending_names.put(key, self._decide_name(loaded, principal, host, port))
                 return None
             addresses = cached
         # Both checks are pure functions of (policy generation, principal, host, port, addresses):
         # an allowed outcome for the same inputs is the same outcome, so it is remembered; a
         # denial is never remembered and is decided afresh (and audited) every time.
-        if loaded.generation != self._remembered_generation:
-            self._remembered.clear()
-            self._remembered_generation = loaded.generation
         # Keyed without the addresses (hashing an IPv4Address runs Python code): the remembered
         # target is reused only when its addresses are the ones answered now.
-        key = (principal.name, host.name, port)
         target = self._remembered.get(key)
         if target is None or (target.addresses is not addresses and target.addresses != addresses):
-            report, would_deny = self._decide_name(loaded, principal, host, port)
-            target = self._vet_addresses(
-                loaded, principal, host, port, addresses=addresses, report=report, would_deny=would_deny, dns_s=0.0
+            verdict = self._decide_name(loaded, principal, host, port)
+            target = self._remembered.put(
+                key,
+                self._vet_addresses(loaded, principal, host, port, addresses=addresses, verdict=verdict, dns_s=0.0),
             )
-            if len(self._remembered) >= MAX_REMEMBERED_TARGETS:
-                self._remembered.clear()
-            self._remembered[key] = target
         return target
 
-    def _decide_name(
-        self, loaded: LoadedPolicy, principal: Principal, host: VettedHost, port: int
-    ) -> tuple[bool, GatewayError | None]:
-        """The policy decision on the name: raises in enforce mode, returns (report, would_deny)."""
+    def _same_generation(self, loaded: LoadedPolicy) -> None:
+        """Remembered outcomes belong to one policy generation: a reload forgets them all."""
+        if loaded.generation != self._memo_generation:
+            self._remembered.clear()
+            self._pending_names.clear()
+            self._memo_generation = loaded.generation
+
+    def _decide_name(self, loaded: LoadedPolicy, principal: Principal, host: VettedHost, port: int) -> NameVerdict:
+        """The policy's `ports`/`literal_ips` (refused in every mode), then the name (report mode
+        marks a denial instead of raising)."""
         policy = loaded.policy
+        form = decide_form(policy, host, port)
+        if not form.allowed:
+            raise form.to_error()
         report = policy.mode_for(principal) == "report"
-        decision = decide_destination(policy, principal, host, port)
+        decision = decide_name(policy, principal, host)
         if decision.allowed:
-            return report, None
+            return NameVerdict(report, None)
         if not report:
             raise decision.to_error()
-        return report, decision.to_error()
+        return NameVerdict(report, decision.to_error())
 
     def _vet_addresses(
         self,
@@ -173,14 +182,14 @@ class EgressCore:
         port: int,
         *,
         addresses: tuple[IPAddress, ...],
-        report: bool,
-        would_deny: GatewayError | None,
+        verdict: NameVerdict,
         dns_s: float,
     ) -> PinnedTarget:
+        would_deny = verdict.would_deny
         vetted = decide_addresses(self.guard_for(loaded), principal, host.name, addresses)
         if not vetted.allowed and would_deny is None:
             # A name with no usable address cannot be "allowed anyway", even in report mode.
-            if not report or vetted.code == ErrorCode.DNS_FAILURE:
+            if not verdict.report or vetted.code == ErrorCode.DNS_FAILURE:
                 raise vetted.to_error()
             would_deny = vetted.to_error()
         return PinnedTarget(host, port, addresses, loaded.generation, dns_s, would_deny)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.model import Policy, Principal
 from gateway.vet.addresses import AddressGuard, IPAddress, IPNetwork
-from gateway.vet.urls import VettedHost
+from gateway.vet.urls import VettedHost, VettedUrl, port_or_literal_refusal, vet_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,14 +71,30 @@ def glob_matches(glob: str, name: str) -> bool:
     return name == glob
 
 
-def decide_destination(policy: Policy, principal: Principal, host: VettedHost, port: int) -> Decision:
-    """May `principal` reach `host:port` at all (before any DNS)?"""
-    if port not in policy.defaults.ports:
-        return Decision.deny(ErrorCode.POLICY_DENIED, f"port {port} is not in the policy's ports")
-    if host.ip is not None and policy.defaults.literal_ips != "allow":
-        return Decision.deny(
-            ErrorCode.UNSAFE_URL, f"IP-literal host {host.name} is refused by policy (literal_ips: deny)"
-        )
+def vet_url_for(policy: Policy, raw: str, *, refuse_secrets: bool = True) -> VettedUrl:
+    """`vet_url` under the policy in force: its ports and literal-IP rule, secrets refused unless
+    the caller sends its own credential on purpose (an engine or reader key)."""
+    defaults = policy.defaults
+    return vet_url(
+        raw,
+        allowed_ports=defaults.ports,
+        literal_ips_allowed=defaults.literal_ips == "allow",
+        refuse_secrets=refuse_secrets,
+    )
+
+
+def decide_form(policy: Policy, host: VettedHost, port: int) -> Decision:
+    """The policy's `ports` and `literal_ips` rules (the same check `vet_url_for` makes)."""
+    refusal = port_or_literal_refusal(
+        host, port, allowed_ports=policy.defaults.ports, literal_ips_allowed=policy.defaults.literal_ips == "allow"
+    )
+    if refusal is not None:
+        return Decision.deny(ErrorCode.UNSAFE_URL, refusal)
+    return Decision.allow(f"port {port} and host form allowed")
+
+
+def decide_name(policy: Policy, principal: Principal, host: VettedHost) -> Decision:
+    """May `principal` reach the name `host` (its deny_domains, allow_domains, internal_hosts)?"""
     rule = principal.egress
     for glob in rule.deny_domains:
         if glob_matches(glob, host.name):
@@ -91,6 +107,12 @@ def decide_destination(policy: Policy, principal: Principal, host: VettedHost, p
     if any(r.host == host.name for r in rule.internal_hosts):
         return Decision.allow(f"{host.name} is an internal host named by {principal.name}")
     return Decision.deny(ErrorCode.POLICY_DENIED, f"{host.name} is not in {principal.name}'s allow_domains")
+
+
+def decide_destination(policy: Policy, principal: Principal, host: VettedHost, port: int) -> Decision:
+    """May `principal` reach `host:port` at all (before any DNS)? The form first, then the name."""
+    form = decide_form(policy, host, port)
+    return form if not form.allowed else decide_name(policy, principal, host)
 
 
 def internal_exceptions(principal: Principal, host_name: str) -> tuple[IPNetwork, ...]:

@@ -172,8 +172,13 @@ class _Reader:
             elif isinstance(current, float):
                 value = self.number(value_node, path, 0.0, 86_400.0 * 7)
             else:
-                value = self.string(value_node, path)
                 choices = _CHOICES.get(key)
+                # YAML 1.1 reads an unquoted `off` (or `on`, `yes`, `no`) as a boolean; a choice
+                # written that way means the word, as the README writes it (`sni: off`).
+                if choices and isinstance(value_node, yaml.ScalarNode) and value_node.value in choices:
+                    changes[key] = value_node.value
+                    continue
+                value = self.string(value_node, path)
                 if value is not None and choices and value not in choices:
                     self.error(value_node, f"{path} must be one of {', '.join(choices)}")
                     value = None

@@ -98,10 +98,15 @@ class Defaults:
 
 @dataclass(frozen=True, slots=True)
 class FetchSettings:
+    """The policy's `fetch:` section, and the caps the guarded client enforces on every call
+    (web_search's engine requests use a copy with their own byte caps and no redirects)."""
+
     max_redirects: int = 4
     max_wire_bytes: int = 2 * 1024 * 1024
     max_decoded_bytes: int = 2 * 1024 * 1024
     deadline_s: float = 30.0
+    max_headers: int = 100
+    max_header_line_bytes: int = 16 * 1024
     max_source_chars: int = 400_000
     robots: RobotsMode = "respect"
     robots_cache_s: float = 3600.0

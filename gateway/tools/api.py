@@ -19,7 +19,7 @@ from aiohttp import web
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import CONNECTION_ID_HEADER, AuditLog, new_connection_id, outcome_for_code, verdict_for
-from gateway.policy.decide import authenticate, decide_destination
+from gateway.policy.decide import authenticate, decide_name
 from gateway.policy.model import LoadedPolicy
 from gateway.tools.call_guard import CallContext, ToolCalls, parse_budget_id, require_tool
 from gateway.tools.fetch import FetchTool, parse_fetch_args
@@ -168,19 +168,21 @@ class ToolsApi:
 
     async def invoke(self, tool: str, context: CallContext, payload: Any, audit: dict[str, Any]) -> dict[str, Any]:
         """Run one tool call for `context`; shared by the HTTP handlers and the CLI."""
+        # The switch first and once: a principal without the tool learns nothing about its arguments.
+        require_tool(context.principal, "fetch" if tool == "fetch" else "search")
         if tool == "fetch":
             return await self._invoke_fetch(context, payload, audit)
         return await self._invoke_search(context, payload, audit)
 
     async def _invoke_fetch(self, context: CallContext, payload: Any, audit: dict[str, Any]) -> dict[str, Any]:
-        require_tool(context.principal, "fetch")
         args = parse_fetch_args(payload)
         vetted = self._fetch.vet(args, context.loaded)
         audit.update(host=vetted.host.name, port=vetted.port)
-        # A destination the policy refuses costs no reservation (issue 5): decide before reserving.
-        # The egress core decides again, with DNS, inside the call and on every redirect hop.
+        # A destination the policy refuses costs no reservation (issue 5): decide before reserving
+        # (the port and host form were decided by `vet`). The egress core decides again, with
+        # DNS, inside the call and on every redirect hop.
         policy = context.loaded.policy
-        decision = decide_destination(policy, context.principal, vetted.host, vetted.port)
+        decision = decide_name(policy, context.principal, vetted.host)
         if not decision.allowed:
             if policy.mode_for(context.principal) == "enforce":
                 raise decision.to_error()
@@ -194,7 +196,6 @@ class ToolsApi:
         return await self._calls.run("fetch", context, work)
 
     async def _invoke_search(self, context: CallContext, payload: Any, audit: dict[str, Any]) -> dict[str, Any]:
-        require_tool(context.principal, "search")
         if not isinstance(payload, dict):
             raise GatewayError(ErrorCode.INVALID_INPUT, "the request body must be a JSON object")
         query = parse_search_args(payload)

@@ -1,6 +1,7 @@
 """Permission, budget and policy-generation checks around one tool call.
 
-Order (issue 5): the tool switch is checked when a call starts; a reservation is taken
+Order (issue 5): the tool switch is checked when a call starts (`require_tool`, once, by the
+caller, before it even parses the arguments); a reservation is taken
 atomically before any network access (denials before it cost nothing); the lease is released
 whatever happens (the reservation stays counted); before the result is returned the policy
 generation is compared with the one the call started under, and a changed policy drops the
@@ -61,7 +62,7 @@ class ToolCalls:
         context: CallContext,
         work: Callable[[], Awaitable[dict[str, Any]]],
     ) -> dict[str, Any]:
-        require_tool(context.principal, tool)
+        """Reserve, run `work`, release, recheck the generation. `require_tool` has passed."""
         limits: ToolLimits = getattr(context.principal.budgets, tool)
         try:
             reservation = await self._store.reserve(

@@ -21,15 +21,17 @@ from urllib.parse import quote
 
 import orjson
 
-from gateway.egress.client import ClientLimits, FetchedResponse, GuardedClient, OutboundRequest
+from gateway.egress.client import FetchedResponse, GuardedClient, OutboundRequest
+from gateway.egress.deadline import Deadline
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
+from gateway.policy.decide import vet_url_for
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.tools.extract.pool import ExtractionPool
 from gateway.tools.extract.render_options import LINK_STYLES, OUTPUT_FORMATS, LinkStyle, OutputFormat, RenderOptions
 from gateway.tools.result_notice import NOTICE, retrieved_at
 from gateway.tools.robots import RobotsCache
-from gateway.vet.urls import VettedUrl, vet_url
+from gateway.vet.urls import VettedUrl
 
 ACCEPT = "text/markdown, text/html;q=0.9, */*;q=0.5"
 MIN_MAX_CHARS, MAX_MAX_CHARS, DEFAULT_MAX_CHARS = 100, 32_000, 16_000
@@ -116,16 +118,6 @@ class ReaderService:
         return self.url_template.rstrip("/") + "/" + page_url
 
 
-def _limits(loaded: LoadedPolicy) -> ClientLimits:
-    fetch = loaded.policy.fetch
-    return ClientLimits(
-        max_redirects=fetch.max_redirects,
-        max_wire_bytes=fetch.max_wire_bytes,
-        max_decoded_bytes=fetch.max_decoded_bytes,
-        deadline_s=fetch.deadline_s,
-    )
-
-
 def fit_window(text: str, offset: int, max_chars: int, budget_bytes: int) -> str:
     """The longest prefix of text[offset:offset+max_chars] whose JSON encoding fits budget_bytes."""
     window = text[offset : offset + max_chars]
@@ -156,13 +148,7 @@ class FetchTool:
         self._served_hashes: OrderedDict[tuple[str, str, str, str], str] = OrderedDict()
 
     def vet(self, args: FetchArgs, loaded: LoadedPolicy) -> VettedUrl:
-        defaults = loaded.policy.defaults
-        return vet_url(
-            args.url,
-            allowed_ports=defaults.ports,
-            literal_ips_allowed=defaults.literal_ips == "allow",
-            refuse_secrets=True,
-        )
+        return vet_url_for(loaded.policy, args.url)
 
     async def fetch(
         self,
@@ -173,31 +159,33 @@ class FetchTool:
         audit: dict[str, Any],
     ) -> dict[str, Any]:
         """The result object; `audit` receives what the audit line needs (report-mode denials)."""
-        limits = _limits(loaded)
+        limits = loaded.policy.fetch
         # One deadline over everything (robots.txt, every hop, extraction), not one per request.
+        deadline = Deadline.after(limits.deadline_s)
+        if self._reader is None and limits.robots == "respect":
+            await self._check_robots(vetted, principal, loaded, deadline)
+        response = await self._get(vetted, principal, loaded, deadline)
+        if response.would_deny is not None:
+            audit["would_deny"] = str(response.would_deny.code)
+            audit["would_deny_reason"] = response.would_deny.message
+        metrics.FETCH_BODY_BYTES.labels(stage="wire").observe(response.wire_bytes)
+        metrics.FETCH_BODY_BYTES.labels(stage="decoded").observe(len(response.body))
         try:
-            async with asyncio.timeout(limits.deadline_s):
-                if self._reader is None and loaded.policy.fetch.robots == "respect":
-                    await self._check_robots(vetted, principal, loaded, limits)
-                response = await self._get(vetted, principal, loaded, limits)
-                if response.would_deny is not None:
-                    audit["would_deny"] = str(response.would_deny.code)
-                    audit["would_deny_reason"] = response.would_deny.message
-                metrics.FETCH_BODY_BYTES.labels(stage="wire").observe(response.wire_bytes)
-                metrics.FETCH_BODY_BYTES.labels(stage="decoded").observe(len(response.body))
+            async with asyncio.timeout_at(deadline.at):
                 return await self._render(args, vetted, response, loaded, principal)
         except TimeoutError:
-            raise GatewayError(ErrorCode.TIMEOUT, f"the {limits.deadline_s:g} s deadline passed") from None
+            raise deadline.expired_error() from None
 
     async def _check_robots(
-        self, vetted: VettedUrl, principal: Principal, loaded: LoadedPolicy, limits: ClientLimits
+        self, vetted: VettedUrl, principal: Principal, loaded: LoadedPolicy, deadline: Deadline
     ) -> None:
         async def fetch_robots(url: str) -> tuple[int, bytes] | None:
             try:
                 robots = await self._client.fetch(
-                    OutboundRequest(url=url, headers=(("Accept", "text/plain"),)),
+                    OutboundRequest(url=vet_url_for(loaded.policy, url), headers=(("Accept", "text/plain"),)),
                     principal=principal,
-                    limits=limits,
+                    limits=loaded.policy.fetch,
+                    deadline=deadline,
                     loaded=loaded,
                 )
             except GatewayError as exc:
@@ -211,21 +199,23 @@ class FetchTool:
         await self._robots.check(vetted.origin, vetted.target, fetch_robots, ttl_s=loaded.policy.fetch.robots_cache_s)
 
     async def _get(
-        self, vetted: VettedUrl, principal: Principal, loaded: LoadedPolicy, limits: ClientLimits
+        self, vetted: VettedUrl, principal: Principal, loaded: LoadedPolicy, deadline: Deadline
     ) -> FetchedResponse:
         if self._reader is not None:
             headers: tuple[tuple[str, str], ...] = (("Accept", "text/plain, text/markdown;q=0.9"),)
             if self._reader.key:
                 headers += (("Authorization", f"Bearer {self._reader.key}"),)
             request = OutboundRequest(
-                url=self._reader.request_url(vetted.url),
+                url=vet_url_for(loaded.policy, self._reader.request_url(vetted.url), refuse_secrets=False),
                 headers=headers,
                 carries_credential=bool(self._reader.key),
                 refuse_secret_params=False,
             )
         else:
-            request = OutboundRequest(url=vetted.url, headers=(("Accept", ACCEPT),))
-        return await self._client.fetch(request, principal=principal, limits=limits, loaded=loaded)
+            request = OutboundRequest(url=vetted, headers=(("Accept", ACCEPT),))
+        return await self._client.fetch(
+            request, principal=principal, limits=loaded.policy.fetch, deadline=deadline, loaded=loaded
+        )
 
     def _changed_since_served(self, key: tuple[str, str, str, str], content_hash: str) -> bool | None:
         """Whether the text differs from the last one served for this key (None: none remembered)."""

@@ -177,9 +177,16 @@ class AddressGuard:
         self,
         allow_cidrs: Sequence[IPNetwork] = (),
         deny_cidrs: Sequence[IPNetwork] = (),
-        self_addresses: Sequence[IPAddress] = (),
+        self_addresses: Sequence[IPAddress | IPNetwork] = (),
     ) -> None:
-        self._self_addresses = frozenset(self_addresses)
+        # Single addresses in a set (the common case: a listener on one address); whole ranges
+        # (127.0.0.0/8 behind a wildcard listener) checked one by one, there are only a few.
+        self._self_addresses = frozenset(
+            a for a in self_addresses if not isinstance(a, ipaddress.IPv4Network | ipaddress.IPv6Network)
+        )
+        self._self_networks = tuple(
+            a for a in self_addresses if isinstance(a, ipaddress.IPv4Network | ipaddress.IPv6Network)
+        )
         self._allow_cidrs = tuple(allow_cidrs)
         base = _builtin_rules()
         base.extend(_Rule(net, False, f"{net} (policy deny_cidrs)", rank=2) for net in deny_cidrs)
@@ -190,8 +197,11 @@ class AddressGuard:
     def vet(self, address: IPAddress, *, extra_allow: Sequence[IPNetwork] = ()) -> AddressVerdict:
         """Allowed, or denied with the range named. `extra_allow` is a per-host exception."""
         verdict = self._vet_ranges(address, extra_allow)
-        if verdict.allowed and address in self._self_addresses:
-            return AddressVerdict(address, False, f"{address} is one of the gateway's own listeners")
+        if verdict.allowed and (
+            address in self._self_addresses
+            or any(address.version == net.version and address in net for net in self._self_networks)
+        ):
+            return AddressVerdict(address, False, f"{address} is an address of the gateway's own listeners")
         return verdict
 
     def _vet_ranges(self, address: IPAddress, extra_allow: Sequence[IPNetwork]) -> AddressVerdict:

@@ -209,6 +209,22 @@ def vet_host(raw_host: str) -> VettedHost:
     return VettedHost(ascii_name, None)
 
 
+def port_or_literal_refusal(
+    host: VettedHost, port: int | None, *, allowed_ports: Collection[int], literal_ips_allowed: bool
+) -> str | None:
+    """Why the policy's `ports` and `literal_ips` refuse `host:port`, or None.
+
+    The one place both rules are decided, for every surface (a URL on the tools API, a CONNECT
+    or absolute-URI request on the proxy, `check`): always `unsafe_url`, in report mode too,
+    because they are about the form of the destination, not about who may reach which name.
+    """
+    if host.ip is not None and not literal_ips_allowed:
+        return f"IP-literal host {host.name} is refused by policy (literal_ips: deny)"
+    if port is None or port not in allowed_ports:
+        return f"port {port} is not in the policy's ports {sorted(allowed_ports)}"
+    return None
+
+
 def secret_param(url: yarl.URL) -> str | None:
     for name in url.query:
         if name.lower() in SECRET_QUERY_PARAMS:
@@ -251,10 +267,10 @@ def vet_url(
         raise _unsafe("the URL has no host")
     # yarl already turned a bracketed literal into its bare form; keep the brackets signal.
     host = vet_host(f"[{raw_host}]" if ":" in raw_host else raw_host)
-    if host.ip is not None and not literal_ips_allowed:
-        raise _unsafe(f"IP-literal host {host.name} is refused by policy (literal_ips: deny)")
-    if port is None or port not in allowed_ports:
-        raise _unsafe(f"port {port} is not in the policy's ports {sorted(allowed_ports)}")
+    refusal = port_or_literal_refusal(host, port, allowed_ports=allowed_ports, literal_ips_allowed=literal_ips_allowed)
+    if refusal is not None:
+        raise _unsafe(refusal)
+    assert port is not None  # a missing port was refused just above
     if refuse_secrets:
         name = secret_param(parsed)
         if name is not None:

@@ -13,19 +13,24 @@ import pytest
 import yaml
 from aiohttp import web
 
-from gateway.egress.client import ClientLimits, GuardedClient, OutboundRequest
+from gateway.egress.client import GuardedClient, OutboundRequest
 from gateway.egress.connect import build_ssl_context
+from gateway.egress.deadline import Deadline
+from gateway.egress.own_addresses import own_addresses
 from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
+from gateway.policy.decide import vet_url_for
 from gateway.policy.holder import PolicyHolder
+from gateway.policy.model import FetchSettings
 from gateway.settings import load_settings
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import policy_document
 from tests.harness.origins import Origin, OriginFactory
 
-LIMITS = ClientLimits(max_redirects=4, max_wire_bytes=256 * 1024, max_decoded_bytes=512 * 1024, deadline_s=3.0)
+LIMITS = FetchSettings(max_redirects=4, max_wire_bytes=256 * 1024, max_decoded_bytes=512 * 1024)
+DEADLINE_S = 3.0
 
 
 class Egress:
@@ -50,7 +55,9 @@ class Egress:
         )
         self.holder = PolicyHolder(settings.policy_path)
         self.resolver = Resolver(settings.nameservers, timeout_s=0.5, tries=1)
-        self.core = EgressCore(self.resolver, lambda: self.holder.current, settings.listen_addresses)
+        self.core = EgressCore(
+            self.resolver, lambda: self.holder.current, own_addresses(a.host for a in settings.listen_addresses)
+        )
         return GuardedClient(self.core, build_ssl_context(settings.ca_bundle), settings.user_agent)
 
     @property
@@ -59,8 +66,17 @@ class Egress:
         assert principal is not None
         return principal
 
-    async def get(self, client: GuardedClient, url: str, limits: ClientLimits = LIMITS, **kw: object):  # type: ignore[no-untyped-def]
-        return await client.fetch(OutboundRequest(url=url, **kw), principal=self.principal, limits=limits)  # type: ignore[arg-type]
+    async def get(  # type: ignore[no-untyped-def]
+        self, client: GuardedClient, url: str, limits: FetchSettings = LIMITS, deadline_s: float = DEADLINE_S, **kw: Any
+    ):
+        # Vetted as the tools vet their URL argument, then handed over with an absolute deadline.
+        vetted = vet_url_for(self.holder.current.policy, url, refuse_secrets=kw.get("refuse_secret_params", True))
+        return await client.fetch(
+            OutboundRequest(url=vetted, **kw),
+            principal=self.principal,
+            limits=limits,
+            deadline=Deadline.after(deadline_s),
+        )
 
 
 @pytest.fixture
@@ -293,7 +309,7 @@ async def test_slow_origin_hits_the_one_deadline(egress: Egress, origins: Origin
     origin = origins.start(app, names=[f"slow-{slow_part}.example.org"])
     client = await egress.open([origin])
     with pytest.raises(GatewayError) as caught:
-        await egress.get(client, origin.url("/"), limits=ClientLimits(deadline_s=1.0))
+        await egress.get(client, origin.url("/"), deadline_s=1.0)
     assert caught.value.code == ErrorCode.TIMEOUT
 
 

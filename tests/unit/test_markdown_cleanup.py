@@ -177,3 +177,56 @@ def test_html_format_is_cut_on_a_tag_boundary_at_max_chars() -> None:
     assert result.source_truncated
     assert len(result.markdown) <= 1_000
     assert result.markdown.rstrip().endswith(">")
+
+
+@pytest.mark.parametrize(
+    "boilerplate",
+    [
+        pytest.param("<h3>Read more</h3><ul><li><a href='/a'>BOILER one</a></li><li><a href='/b'>two</a></li></ul>",
+                     id="teaser-heading-and-its-links"),
+        pytest.param("<p>Lesen Sie auch: <a href='/x'>BOILER Die Brücke</a></p>", id="teaser-line-german"),
+        pytest.param("<p>À lire aussi <a href='/x'>BOILER le pont</a></p>", id="teaser-line-french"),
+        pytest.param("<div>Share <span>12</span></div><p>BOILER</p>".replace("<p>BOILER</p>", ""), id="share-button"),
+        pytest.param("<p>BOILER: subscribe to our newsletter for the full story.</p>", id="call-to-subscribe"),
+        pytest.param("<p>Aktualisiert am 12.03.2021 BOILER</p>", id="date-line"),
+        pytest.param("<figcaption>Foto: BOILER Agentur</figcaption>", id="photo-credit"),
+    ],
+)  # fmt: skip
+def test_short_boilerplate_blocks_inside_the_article_are_dropped(boilerplate: str) -> None:
+    markdown = render(article(boilerplate))
+    assert "BOILER" not in markdown
+    assert "Share" not in markdown
+    assert markdown.count("council met") == 2
+
+
+def test_a_long_paragraph_about_newsletters_is_kept() -> None:
+    prose = f"<p>The newsletter, which readers subscribe to by post, {FILLER}</p>"
+    assert "The newsletter, which readers subscribe" in render(article(prose))
+
+
+def test_teaser_heading_keeps_the_prose_after_it() -> None:
+    html = article(f"<h2>Related questions</h2><p>{FILLER.replace('council', 'assembly')}</p>")
+    assert "assembly met" in render(html)
+
+
+def test_text_written_straight_into_a_div_beside_an_image_box_is_found() -> None:
+    story = "<br><br>".join(f"{FILLER} Part {i}." for i in range(6))
+    footer = "<div class='box'><p>Copyright 2022 Example Media Group, all rights reserved.</p></div>"
+    html = f"<html><body><div><div><img src='a.png'></div>{story}</div>{footer}</body></html>"
+    markdown = render(html)
+    assert "Part 0." in markdown
+    assert "Part 5." in markdown
+    assert "Copyright" not in markdown
+
+
+def test_a_chrome_word_on_the_wrapper_of_the_whole_article_does_not_drop_it() -> None:
+    paragraphs = "".join(f"<p>{FILLER}</p>" for _ in range(5))
+    html = f"<html><body><div class='above-footer'><article>{paragraphs}</article></div></body></html>"
+    assert "council met" in render(html)
+
+
+def test_ruby_readings_do_not_split_japanese_words() -> None:
+    sentence = "<ruby>子<rt>こ</rt></ruby>どもへの<ruby>虐待<rt>ぎゃくたい</rt></ruby>をなくすための法律ができました。"
+    markdown = render(article(f"<p>{sentence * 3}</p>"))
+    assert "子どもへの虐待をなくすための法律ができました。" in markdown
+    assert "ぎゃくたい" not in markdown

@@ -139,7 +139,8 @@ def test_port_must_be_in_the_policy_ports(port: int, allowed: bool) -> None:
     decision = decide_destination(POLICY, DEFAULT, host("example.com"), port)
     assert decision.allowed is allowed
     if not allowed:
-        assert decision.code is ErrorCode.POLICY_DENIED
+        # The same code on every surface (issue 11): a port is part of the destination's form.
+        assert decision.code is ErrorCode.UNSAFE_URL
 
 
 @pytest.mark.parametrize(

@@ -190,3 +190,15 @@ def test_reload_of_a_bad_file_keeps_the_last_good_policy_and_generation(tmp_path
     assert holder.current.policy.principals["default"].tools.search
     assert not holder.changed_on_disk()
     assert outcomes == [(False, 1), (True, 2)]
+
+
+@pytest.mark.parametrize("written", ["off", "'off'", '"off"'], ids=["unquoted", "single-quoted", "double-quoted"])
+def test_sni_off_is_accepted_as_the_readme_writes_it(written: str) -> None:
+    # YAML 1.1 reads an unquoted `off` as the boolean false (issue 12).
+    policy = parse_policy(f"version: 1\nproxy: {{sni: {written}}}\nprincipals: {{default: {{}}}}\n")
+    assert policy.proxy.sni == "off"
+
+
+def test_a_boolean_that_is_not_a_choice_is_still_refused() -> None:
+    with pytest.raises(PolicyError, match=r"proxy\.sni must be a non-empty string"):
+        parse_policy("version: 1\nproxy: {sni: true}\nprincipals: {default: {}}\n")

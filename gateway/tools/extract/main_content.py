@@ -57,6 +57,7 @@ EDIT_LINK_SELECTOR = 'a[href*="action=edit" i], a[href*="action=submit" i]'
 EDIT_LINK = re.compile(r"[?&](?:ve)?action=(?:edit|submit)\b", re.I)
 EDIT_LINK_MAX_CHARS = 30
 EDIT_LINK_REMNANTS = " []|\n\t"
+MOST_OF_PAGE = 0.6
 # Below this much text the strict pass probably threw the article away: retry looser.
 MIN_ARTICLE_CHARS = 500
 
@@ -112,6 +113,9 @@ def remove_unlikely_candidates(body: LexborNode) -> None:
     # big wrapper is kept without measuring it, which keeps nested wrappers linear.
     known_big: set[int] = set()
     keep = Verdict.KEEP  # looked up once: this loop runs for every element with a class or id
+    # A chrome word on an element holding most of the page (`above-footer` around a whole
+    # article) names where it sits, not what it is.
+    most_of_page = len(body.text(deep=True)) * MOST_OF_PAGE
     for node in reversed(body.css("[class], [id]")):
         attributes = node.attributes
         key = (attributes.get("class"), attributes.get("id"))
@@ -123,6 +127,8 @@ def remove_unlikely_candidates(body: LexborNode) -> None:
         if _inside_table(node):
             continue
         if verdict is Verdict.DROP_IF_SMALL and _holds_much_text(node, known_big):
+            continue
+        if verdict is Verdict.DROP and node.tag == "div" and len(node.text(deep=True)) > most_of_page:
             continue
         node.decompose()
 
@@ -170,8 +176,8 @@ def _inside_table(node: LexborNode) -> bool:
     return False
 
 
-def _inline_only_divs(body: LexborNode) -> list[LexborNode]:
-    """Divs without a block element below them, in document order.
+def _split_divs(body: LexborNode) -> tuple[list[LexborNode], list[LexborNode]]:
+    """Divs without a block element below them, and divs with one, in document order.
 
     Every block element marks its ancestors, stopping at the first one already marked, so each
     element is marked once: linear, and it touches only blocks and their ancestors, not the
@@ -187,12 +193,11 @@ def _inline_only_divs(body: LexborNode) -> list[LexborNode]:
                 break
             holds_block.add(key)
             parent = parent.parent
-    return [div for div in body.css("div") if div.mem_id not in holds_block]
-
-
-def _scored_elements(body: LexborNode) -> list[LexborNode]:
-    """Paragraph-like elements: Readability's list plus divs that hold only inline content."""
-    return [*body.css(SCORED_SELECTOR), *_inline_only_divs(body)]
+    inline_only: list[LexborNode] = []
+    with_blocks: list[LexborNode] = []
+    for div in body.css("div"):
+        (with_blocks if div.mem_id in holds_block else inline_only).append(div)
+    return inline_only, with_blocks
 
 
 class CandidateScores:
@@ -221,21 +226,34 @@ class CandidateScores:
 
 def score_candidates(body: LexborNode, strictness: Strictness) -> CandidateScores:
     scores = CandidateScores(strictness, TextStats())
-    for element in _scored_elements(body):
-        text = " ".join(element.text(deep=True).split())
-        # Measured in Latin-equivalent characters: twenty Chinese characters are a sentence.
-        length = reading_length(text)
-        if length < MIN_PARAGRAPH_CHARS:
-            continue
-        vote = 1 + comma_count(text) + min(length // 100, 3)
-        ancestor = element.parent
-        for level in range(MAX_VOTE_LEVELS):
-            if ancestor is None or ancestor.tag in (None, "html", "-document"):
-                break
-            divider = 1 if level == 0 else 2 if level == 1 else level * 3
-            scores.add_vote(ancestor, vote / divider)
-            ancestor = ancestor.parent
+    inline_only, with_blocks = _split_divs(body)
+    # Paragraph-like elements: Readability's list plus divs that hold only inline content.
+    for element in [*body.css(SCORED_SELECTOR), *inline_only]:
+        _vote(scores, " ".join(element.text(deep=True).split()), element.parent)
+    # Text written straight into a div beside its blocks (paragraphs split by <br><br> under
+    # an image box) is paragraphs too: Readability wraps such runs in <p>; they vote as
+    # paragraphs whose parent is the div.
+    for div in with_blocks:
+        own = div.text(deep=False)
+        if len(own) >= MIN_PARAGRAPH_CHARS and not own.isspace():
+            _vote(scores, " ".join(own.split()), div)
     return scores
+
+
+def _vote(scores: CandidateScores, text: str, parent: LexborNode | None) -> None:
+    """A paragraph's vote for its ancestors, less for each level further up."""
+    # Measured in Latin-equivalent characters: twenty Chinese characters are a sentence.
+    length = reading_length(text)
+    if length < MIN_PARAGRAPH_CHARS:
+        return
+    vote = 1 + comma_count(text) + min(length // 100, 3)
+    ancestor = parent
+    for level in range(MAX_VOTE_LEVELS):
+        if ancestor is None or ancestor.tag in (None, "html", "-document"):
+            break
+        divider = 1 if level == 0 else 2 if level == 1 else level * 3
+        scores.add_vote(ancestor, vote / divider)
+        ancestor = ancestor.parent
 
 
 def pick_top_candidate(body: LexborNode, scores: CandidateScores) -> tuple[LexborNode, float]:

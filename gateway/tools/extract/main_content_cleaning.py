@@ -13,6 +13,7 @@ from operator import add
 
 from selectolax.lexbor import LexborNode
 
+from gateway.tools.extract.main_content_boilerplate import remove_boilerplate_blocks
 from gateway.tools.extract.main_content_words import (
     SHARE_BAR,
     SHARE_BAR_CANDIDATES,
@@ -31,6 +32,7 @@ SHARE_BAR_MAX_CHARS = 500
 MIN_BOX_CHARS = 25
 # A box with this many commas is prose, whatever its links.
 PROSE_COMMAS = 10
+PROSE_PARAGRAPHS = 3
 
 # Slots of a tally (a plain list: this pass runs once per element, so attribute access counts).
 # RUNS counts text runs: the page's text puts a space between runs, link text (measured as
@@ -47,6 +49,7 @@ def clean_article(nodes: list[LexborNode], strictness: Strictness) -> None:
     weights = ClassWeights()
     for root in nodes:
         _clean_subtree(root, strictness, weights)
+        remove_boilerplate_blocks(root)
 
 
 def _clean_subtree(root: LexborNode, strictness: Strictness, weights: ClassWeights) -> None:
@@ -152,9 +155,12 @@ def _is_fishy(
 ) -> bool:
     """Readability's conditional cleaning: lists and boxes that are mostly links or media."""
     weight = weights.of(node) if strictness.weigh_classes else 0
-    if weight < 0:
-        return True
     sums = tally if tally is not None else _EMPTY
+    if weight < 0:
+        # A chrome-sounding class (`scrollblock`) on a box of several prose paragraphs names
+        # its behaviour, not its content.
+        prose = sums[COMMAS] >= PROSE_COMMAS and sums[PARAGRAPHS] >= PROSE_PARAGRAPHS
+        return not (prose and sums[LINK_CHARS] * 4 < sums[CHARS])
     if sums[COMMAS] >= PROSE_COMMAS:
         return False
     if sums[BACKLINKS] and sums[BACKLINKS] * 2 >= sums[ITEMS] > 0:

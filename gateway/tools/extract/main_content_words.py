@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 from selectolax.lexbor import LexborNode
 
-# Never content for a reader: code, embedded documents, drawings and form controls. <math> is
+# Never content for a reader: code, embedded documents, drawings, form controls and ruby
+# annotations (<rt> readings above Japanese text split its words). <math> is
 # not here: on a mathematics page the formulas are the text (the renderer writes their tokens).
 JUNK_TAGS = [
     "script", "style", "noscript", "template", "iframe", "svg", "canvas", "object", "embed",
-    "input", "select", "textarea", "button", "link", "meta", "dialog",
+    "input", "select", "textarea", "button", "link", "meta", "dialog", "rt", "rp",
 ]  # fmt: skip
 # Landmarks that are chrome on every site; a <header> is judged later, since inside an
 # article it carries the headline.

@@ -6,16 +6,20 @@ pinned TLS) with no redirect followed. The audit line for a search never carries
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 from gateway.budget import BudgetStore
-from gateway.egress.client import ClientLimits, GuardedClient, OutboundRequest
+from gateway.egress.client import GuardedClient, OutboundRequest
+from gateway.egress.deadline import Deadline
 from gateway.errors import GatewayError
 from gateway.observe import metrics
+from gateway.policy.decide import vet_url_for
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.settings import Settings
 from gateway.tools.result_notice import NOTICE, retrieved_at
-from gateway.tools.search.aggregate import OUTCOME_CACHED, OUTCOME_SKIPPED, SearchAggregator, SearchResult
+from gateway.tools.search.aggregate import OUTCOME_CACHED, OUTCOME_SKIPPED, SearchAggregator
 from gateway.tools.search.query import SearchQuery
 from gateway.tools.search.registry import engines_from_settings
 from gateway.tools.search.transport import EngineReply, EngineRequest, make_reply
@@ -32,12 +36,16 @@ class GuardedTransport:
         self._client = client
         self._principal = principal
         self._loaded = loaded
+        self._limits = dataclasses.replace(
+            loaded.policy.fetch, max_redirects=0, max_wire_bytes=ENGINE_MAX_BYTES, max_decoded_bytes=ENGINE_MAX_BYTES
+        )
 
     async def __call__(self, request: EngineRequest, *, deadline_s: float) -> EngineReply:
         carries_credential = any(name.lower() in CREDENTIAL_HEADERS for name, _ in request.headers)
         response = await self._client.fetch(
             OutboundRequest(
-                url=request.url,
+                # An engine's own key may ride in its query string: that one is sent on purpose.
+                url=vet_url_for(self._loaded.policy, request.url, refuse_secrets=False),
                 method=request.method,
                 headers=request.headers,
                 body=request.body,
@@ -46,12 +54,8 @@ class GuardedTransport:
                 follow_redirects=False,
             ),
             principal=self._principal,
-            limits=ClientLimits(
-                max_redirects=0,
-                max_wire_bytes=ENGINE_MAX_BYTES,
-                max_decoded_bytes=ENGINE_MAX_BYTES,
-                deadline_s=deadline_s,
-            ),
+            limits=self._limits,
+            deadline=Deadline.after(deadline_s),
             loaded=self._loaded,
         )
         return make_reply(response.status, response.headers.items(), response.body, response.url)
@@ -98,13 +102,12 @@ class SearchTool:
         try:
             result = await aggregator.search(query)
         except GatewayError as exc:
-            for attempt in exc.extra.get("attempts", []):
-                metrics.SEARCH_ATTEMPTS.labels(engine=attempt["engine"], outcome=attempt["outcome"]).inc()
-                # Failed attempts are the slow ones (timeouts, retries): keep them in the latency.
-                if attempt["outcome"] not in NO_REQUEST_OUTCOMES:
-                    metrics.SEARCH_ENGINE_SECONDS.labels(engine=attempt["engine"]).observe(attempt["ms"] / 1000)
+            # Failed attempts are the slow ones (timeouts, retries): they count in the latency too.
+            _observe_attempts((a["engine"], a["outcome"], a["ms"]) for a in exc.extra.get("attempts", []))
             raise
-        self._observe(result)
+        _observe_attempts((a.engine, a.outcome, a.ms) for a in result.attempts)
+        if result.provider:
+            metrics.SEARCH_RESULTS.labels(engine=result.provider).observe(len(result.results))
         body = result.to_json()
         body.update(
             query=query.query,
@@ -113,12 +116,11 @@ class SearchTool:
         )
         return body
 
-    @staticmethod
-    def _observe(result: SearchResult) -> None:
-        for attempt in result.attempts:
-            metrics.SEARCH_ATTEMPTS.labels(engine=attempt.engine, outcome=attempt.outcome).inc()
-            # A skipped or cached attempt sent no request: its 0 ms is no engine latency.
-            if attempt.outcome not in NO_REQUEST_OUTCOMES:
-                metrics.SEARCH_ENGINE_SECONDS.labels(engine=attempt.engine).observe(attempt.ms / 1000)
-        if result.provider:
-            metrics.SEARCH_RESULTS.labels(engine=result.provider).observe(len(result.results))
+
+def _observe_attempts(attempts: Iterable[tuple[str, str, float]]) -> None:
+    """One count per engine attempt, and its latency when it sent a request (engine, outcome, ms)."""
+    for engine, outcome, ms in attempts:
+        metrics.SEARCH_ATTEMPTS.labels(engine=engine, outcome=outcome).inc()
+        # A skipped or cached attempt sent no request: its 0 ms is no engine latency.
+        if outcome not in NO_REQUEST_OUTCOMES:
+            metrics.SEARCH_ENGINE_SECONDS.labels(engine=engine).observe(ms / 1000)

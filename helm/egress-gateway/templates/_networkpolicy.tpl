@@ -27,3 +27,19 @@
       port: {{ $np.redis.port }}
 {{- end }}
 {{- end }}
+
+{{/* Egress to a node-local DNS cache by address (its link-local IP matches no pod selector). */}}
+{{- define "egress-gateway.nodeLocalDNS" -}}
+{{- with .Values.networkPolicy.dns.nodeLocalCIDRs }}
+- to:
+    {{- range . }}
+    - ipBlock:
+        cidr: {{ . }}
+    {{- end }}
+  ports:
+    - protocol: UDP
+      port: 53
+    - protocol: TCP
+      port: 53
+{{- end }}
+{{- end }}
