@@ -211,4 +211,5 @@ def test_a_response_the_proxy_cannot_relay_as_framed_is_an_error_never_a_parser_
 ) -> None:
     error = refused(response)
     assert error.code == code
-    assert "RRRR" not in error.message and "tttt" not in error.message
+    assert "RRRR" not in error.message
+    assert "tttt" not in error.message
