@@ -23,6 +23,3 @@ def spawn(coro: Coroutine[Any, Any, T], *, name: str, loop: asyncio.AbstractEven
     task.add_done_callback(_LIVE_TASKS.discard)
     return task
 
-
-def live_task_count() -> int:
-    return len(_LIVE_TASKS)

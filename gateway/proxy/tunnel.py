@@ -165,7 +165,6 @@ class Tunnel:
         "bytes_down",
         "bytes_up",
         "client",
-        "close_reason",
         "closed",
         "deadline",
         "ends_at",
@@ -206,7 +205,6 @@ class Tunnel:
         self.bytes_down = 0
         self.closed = False
         self.eofs = 0
-        self.close_reason = "closed"
         self.started = time.monotonic()
         self.last_activity = self.started
         self.idle_s = settings.idle_timeout_s
@@ -368,7 +366,6 @@ class Tunnel:
         if self.closed:
             return
         self.closed = True
-        self.close_reason = reason
         self.deadline.cancel()
         for transport in (self.client, self.upstream):
             if not transport.is_closing():
