@@ -19,6 +19,8 @@ from aiohttp import web
 
 from gateway import __version__
 from gateway.budget import BudgetStore, open_store
+from gateway.dnsguard.server import DnsListener
+from gateway.dnsguard.upstream import Upstream
 from gateway.egress.client import GuardedClient
 from gateway.egress.connect import build_ssl_context
 from gateway.egress.own_addresses import own_addresses
@@ -39,6 +41,7 @@ from gateway.tools.fetch import FetchTool, ReaderService
 from gateway.tools.robots import RobotsCache
 from gateway.tools.search.registry import engines_from_settings
 from gateway.tools.search.tool import SearchTool
+from gateway.transparent.listener import TransparentListener
 
 log = logging.getLogger("egress_gateway")
 
@@ -102,6 +105,8 @@ class Gateway:
         self._stopped = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
         self.proxy: ProxyServer | None = None
+        self.transparent: TransparentListener | None = None
+        self.dns: DnsListener | None = None
         self._core_built = False
         # Built in start(): aiodns needs the running loop.
         self.resolver: Resolver
@@ -169,6 +174,7 @@ class Gateway:
         self.build_core()
         self.proxy = ProxyServer(self.core, self.audit)
         await self.proxy.start(self.settings.proxy_listen.host, self.settings.proxy_listen.port)
+        await self._start_interception()
         await self._serve_app(self.tools_api().app(), self.settings.api_listen)
         admin = build_admin_app(self.readiness, tools_readiness=self.tools_readiness, reasons=self.readiness_reasons)
         await self._serve_app(admin, self.settings.admin_listen)
@@ -197,13 +203,26 @@ class Gateway:
             f"egress-gateway {__version__} serving: policy {settings.policy_path} generation {loaded.generation} "
             f"sha256 {self.policy_sha256[:16]}, mode {policy.defaults.mode}, "
             f"principals {', '.join(sorted(policy.principals)) or 'none'}; "
-            f"proxy {settings.proxy_listen}, api {settings.api_listen}, admin {settings.admin_listen}; "
+            f"proxy {settings.proxy_listen}, api {settings.api_listen}, admin {settings.admin_listen}"
+            f"{_interception_summary(settings)}; "
             f"engines {', '.join(enabled) or 'none'}; skipped {', '.join(skipped) or 'none'}; "
             f"store {redact_url(settings.redis_url) if settings.redis_url else 'memory'}; "
             f"CA bundle certifi{' + ' + settings.ca_bundle if settings.ca_bundle else ''}; "
             f"audit {settings.audit_log} (on failure {settings.audit_on_failure}); "
             f"nameservers {', '.join(settings.nameservers) or 'resolv.conf'}"
         )
+
+    async def _start_interception(self) -> None:
+        """The transparent TCP and DNS listeners, when their settings are set (off by default)."""
+        assert self.proxy is not None
+        uids = [uid for uid, _ in self.policy.current.policy.transparent.principals]
+        if self.settings.transparent_listen:
+            self.transparent = TransparentListener(self.core, self.audit, self.proxy.tunnels, None)
+            await self.transparent.start(self.settings.transparent_listen, uids)
+        if self.settings.dns_listen:
+            upstream = Upstream(self.settings.nameservers, self.settings.dns_timeout_s)
+            self.dns = DnsListener(self.core, self.audit, upstream)
+            await self.dns.start(self.settings.dns_listen, uids)
 
     def tools_api(self) -> ToolsApi:
         settings = self.settings
@@ -264,6 +283,10 @@ class Gateway:
             task.cancel()
         if not self._core_built:
             return
+        if self.transparent is not None:
+            self.transparent.close()
+        if self.dns is not None:
+            self.dns.close()
         if self.proxy is not None:
             await self.proxy.close()
         for runner in reversed(self._runners):
@@ -273,6 +296,12 @@ class Gateway:
         await self.resolver.close()
         self.extraction.close()
         self.audit.close()
+
+
+def _interception_summary(settings: Settings) -> str:
+    transparent = ", ".join(str(listen) for listen in settings.transparent_listen)
+    dns = ", ".join(str(listen) for listen in settings.dns_listen)
+    return (f", transparent {transparent}" if transparent else "") + (f", dns {dns}" if dns else "")
 
 
 def run_daemon(settings: Settings) -> None:

@@ -60,6 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings_flags(search)
     search.add_argument("query")
     search.add_argument("--max-results", dest="max_results", type=int, default=10)
+
+    redirect = commands.add_parser("redirect", help="render, apply or remove the pod's interception rules")
+    action = redirect.add_mutually_exclusive_group(required=True)
+    for name in ("print", "apply", "remove"):
+        action.add_argument(f"--{name}", dest="action", action="store_const", const=name)
+    redirect.add_argument("--backend", choices=("nftables", "iptables"), default="nftables")
+    redirect.add_argument("--policy", help="policy file, for transparent.principals (env EGRESS_POLICY)")
+    redirect.add_argument("--transparent-listen", dest="transparent_listen", help="env EGRESS_TRANSPARENT_LISTEN")
+    redirect.add_argument("--dns-listen", dest="dns_listen", help="env EGRESS_DNS_LISTEN")
+    redirect.add_argument("--gateway-uid", dest="gateway_uid", help="exempt uid (env EGRESS_GATEWAY_UID)")
+    redirect.add_argument("--exclude-cidrs", dest="exclude_cidrs", help="env EGRESS_REDIRECT_EXCLUDE_CIDRS")
+    redirect.add_argument("--exclude-ports", dest="exclude_ports", help="env EGRESS_REDIRECT_EXCLUDE_PORTS")
     return parser
 
 
@@ -77,6 +89,11 @@ def _settings_from(args: argparse.Namespace) -> Settings:
             "redis_url",
             "audit_log",
             "log_level",
+            "transparent_listen",
+            "dns_listen",
+            "gateway_uid",
+            "exclude_cidrs",
+            "exclude_ports",
         )
     }
     config = getattr(args, "config", None) or os.environ.get("EGRESS_CONFIG")
@@ -128,6 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands.serve(settings)
     if args.command == "check":
         return asyncio.run(commands.check(settings, args.url, args.principal))
+    if args.command == "redirect":
+        return commands.redirect(settings, args.action, args.backend)
     if args.command == "fetch":
         return asyncio.run(commands.fetch_once(settings, args.url, args.max_chars))
     return asyncio.run(commands.search_once(settings, args.query, args.max_results))

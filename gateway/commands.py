@@ -142,3 +142,35 @@ async def search_once(settings: Settings, query: str, max_results: int) -> int:
     for index, hit in enumerate(result["results"], 1):
         sys.stdout.write(f"{index}. {hit['title']}\n   {hit['url']}\n   {hit['snippet']}\n")
     return EXIT_OK
+
+
+def redirect(settings: Settings, action: str, backend: str) -> int:
+    """Print, apply or remove the interception rules (nftables, or iptables where nft is missing)."""
+    from gateway.redirect import apply as rules_apply  # noqa: PLC0415
+    from gateway.redirect.plan import build_plan  # noqa: PLC0415
+    from gateway.redirect.rules import render_iptables, render_nft  # noqa: PLC0415
+
+    try:
+        if action == "remove":
+            rules_apply.remove_nft() if backend == "nftables" else rules_apply.remove_iptables()
+            return EXIT_OK
+        from gateway.policy.load import load_policy_file  # noqa: PLC0415
+
+        try:
+            policy = load_policy_file(settings.policy_path)
+        except PolicyError as exc:
+            sys.stderr.write("\n".join(exc.errors) + "\n")
+            return EXIT_INVALID
+        plan = build_plan(settings, policy)
+        if action == "print":
+            if backend == "nftables":
+                sys.stdout.write(render_nft(plan))
+            else:
+                sys.stdout.write("# iptables-restore --noflush\n" + render_iptables(plan, 4))
+                sys.stdout.write("# ip6tables-restore --noflush\n" + render_iptables(plan, 6))
+            return EXIT_OK
+        rules_apply.apply_nft(plan) if backend == "nftables" else rules_apply.apply_iptables(plan)
+    except GatewayError as exc:
+        sys.stderr.write(f"egress-gateway: {exc.message}\n")
+        return EXIT_INVALID if exc.code != ErrorCode.INVALID_INPUT else EXIT_USAGE
+    return EXIT_OK

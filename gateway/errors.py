@@ -34,6 +34,8 @@ class ErrorCode(StrEnum):
     UNAVAILABLE = "unavailable"
     STORE_UNAVAILABLE = "store_unavailable"
     POLICY_CHANGED = "policy_changed"
+    DESTINATION_MISMATCH = "destination_mismatch"
+    PROTOCOL_UNKNOWN = "protocol_unknown"
     AUDIT_UNAVAILABLE = "audit_unavailable"
 
 
@@ -60,6 +62,8 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.POLICY_CHANGED: 409,
+    ErrorCode.DESTINATION_MISMATCH: 403,
+    ErrorCode.PROTOCOL_UNKNOWN: 403,
     ErrorCode.AUDIT_UNAVAILABLE: 503,
 }
 
@@ -79,6 +83,9 @@ RETRYABLE: frozenset[ErrorCode] = frozenset(
         ErrorCode.AUDIT_UNAVAILABLE,
     }
 )
+
+# Origin statuses worth retrying (besides 5xx): request timeout, too early, too many requests.
+RETRYABLE_STATUSES: frozenset[int] = frozenset({408, 425, 429})
 
 MAX_MESSAGE_CHARS = 500
 
@@ -110,6 +117,13 @@ class GatewayError(Exception):
 
     @property
     def retryable(self) -> bool:
+        """True only when the same call can succeed later: an origin's 404 or a certificate the
+        gateway does not trust fails the same way every time."""
+        if self.code == ErrorCode.UPSTREAM_STATUS:
+            status = self.extra.get("status")
+            return not isinstance(status, int) or status >= 500 or status in RETRYABLE_STATUSES
+        if self.code == ErrorCode.CONNECT_FAILURE and "TLS certificate" in self.message:
+            return False
         return self.code in RETRYABLE
 
     def to_body(self) -> dict[str, Any]:

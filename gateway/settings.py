@@ -12,7 +12,7 @@ import difflib
 import ipaddress
 import re
 import tomllib
-from collections.abc import ItemsView, Iterator, Mapping
+from collections.abc import Callable, ItemsView, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,8 @@ import yaml
 from gateway.errors import ErrorCode, GatewayError
 
 DEFAULT_ENGINES = ("tavily", "exa", "brave_api", "duckduckgo", "bing", "brave")
+# The uid the chart runs the gateway container as; the redirect rules exempt exactly this uid.
+DEFAULT_GATEWAY_UID = 15337
 DEFAULT_USER_AGENT = "egress-gateway/0.1 (+https://github.com/egress-gateway)"
 
 
@@ -83,6 +85,12 @@ class Settings:
     search: SearchEngineSettings = field(default_factory=SearchEngineSettings)
     fetch_reader_url: str | None = None
     fetch_reader_key: str | None = None
+    # Transparent interception (gateway/transparent, gateway/dnsguard, gateway/redirect): off when empty.
+    transparent_listen: tuple[ListenAddress, ...] = ()
+    dns_listen: tuple[ListenAddress, ...] = ()
+    gateway_uid: int = DEFAULT_GATEWAY_UID
+    redirect_exclude_cidrs: tuple[str, ...] = ()
+    redirect_exclude_ports: tuple[int, ...] = ()
     audit_on_failure: str = "deny"
     audit_max_bytes: int = 0
     audit_keep_files: int = 5
@@ -97,7 +105,33 @@ class Settings:
 
     @property
     def listen_addresses(self) -> tuple[ListenAddress, ...]:
-        return (self.proxy_listen, self.api_listen, self.admin_listen)
+        return (self.proxy_listen, self.api_listen, self.admin_listen, *self.transparent_listen, *self.dns_listen)
+
+
+def parse_listen_list(text: str | None, setting: str) -> tuple[ListenAddress, ...]:
+    """A comma list of IP:PORT (`127.0.0.1:15001,[::1]:15001`); empty means off."""
+    return tuple(parse_listen(item, setting) for item in _split_list(text))
+
+
+def _redirect_settings(pick: Callable[[str, str], str | None]) -> dict[str, Any]:
+    """The gateway uid and the redirect exclusions, shared by `serve` and `redirect`."""
+    uid_text = pick("gateway_uid", "EGRESS_GATEWAY_UID") or str(DEFAULT_GATEWAY_UID)
+    if not uid_text.isdigit() or not 0 < int(uid_text) < 2**32 - 1:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"EGRESS_GATEWAY_UID: {uid_text!r} is not a non-root uid")
+    cidrs = _split_list(pick("exclude_cidrs", "EGRESS_REDIRECT_EXCLUDE_CIDRS"))
+    for cidr in cidrs:
+        try:
+            ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            raise GatewayError(
+                ErrorCode.INVALID_INPUT, f"EGRESS_REDIRECT_EXCLUDE_CIDRS: {cidr!r} is not a CIDR network"
+            ) from None
+    ports: list[int] = []
+    for text in _split_list(pick("exclude_ports", "EGRESS_REDIRECT_EXCLUDE_PORTS")):
+        if not text.isdigit() or not 1 <= int(text) <= 65535:
+            raise GatewayError(ErrorCode.INVALID_INPUT, f"EGRESS_REDIRECT_EXCLUDE_PORTS: {text!r} is not a port")
+        ports.append(int(text))
+    return {"gateway_uid": int(uid_text), "redirect_exclude_cidrs": cidrs, "redirect_exclude_ports": tuple(ports)}
 
 
 _ENGINE_SETTING = re.compile(r"^EGRESS_SEARCH_([A-Z0-9_]+)_(KEY|URL)$")
@@ -118,6 +152,18 @@ def _search_settings(env: Mapping[str, str]) -> SearchEngineSettings:
         template_url=env.get("EGRESS_SEARCH_URL") or None,
         template_key=env.get("EGRESS_SEARCH_KEY") or None,
     )
+
+
+DEFAULT_POLICY = "policies/default.yaml"
+# The source tree's copy, for a command run from another directory (`.venv/bin/egress-gateway check`).
+_SOURCE_POLICY = Path(__file__).resolve().parent.parent / DEFAULT_POLICY
+
+
+def default_policy_path() -> str:
+    """`policies/default.yaml` of the working directory, else of the source tree it runs from."""
+    if not Path(DEFAULT_POLICY).exists() and _SOURCE_POLICY.exists():
+        return str(_SOURCE_POLICY)
+    return DEFAULT_POLICY
 
 
 def _number(text: str | None, setting: str, default: float, *, integer: bool = False) -> float:
@@ -279,7 +325,7 @@ def _build(env: Mapping[str, str], flags: Mapping[str, str | None]) -> Settings:
             ErrorCode.INVALID_INPUT, f"EGRESS_LOG_LEVEL: {log_level!r} is not debug, info, warning or error"
         )
     return Settings(
-        policy_path=pick("policy", "EGRESS_POLICY", "policies/default.yaml") or "policies/default.yaml",
+        policy_path=pick("policy", "EGRESS_POLICY") or default_policy_path(),
         proxy_listen=parse_listen(
             pick("proxy_listen", "EGRESS_PROXY_LISTEN", "127.0.0.1:3128") or "", "EGRESS_PROXY_LISTEN"
         ),
@@ -296,6 +342,11 @@ def _build(env: Mapping[str, str], flags: Mapping[str, str | None]) -> Settings:
         search=_search_settings(env),
         fetch_reader_url=env.get("EGRESS_FETCH_READER_URL") or None,
         fetch_reader_key=env.get("EGRESS_FETCH_READER_KEY") or None,
+        transparent_listen=parse_listen_list(
+            pick("transparent_listen", "EGRESS_TRANSPARENT_LISTEN"), "EGRESS_TRANSPARENT_LISTEN"
+        ),
+        dns_listen=parse_listen_list(pick("dns_listen", "EGRESS_DNS_LISTEN"), "EGRESS_DNS_LISTEN"),
+        **_redirect_settings(pick),
         audit_on_failure=_audit_on_failure(pick("audit_on_failure", "EGRESS_AUDIT_ON_FAILURE")),
         audit_max_bytes=int(_number(env.get("EGRESS_AUDIT_MAX_BYTES"), "EGRESS_AUDIT_MAX_BYTES", 0, integer=True)),
         audit_keep_files=int(_number(env.get("EGRESS_AUDIT_KEEP_FILES"), "EGRESS_AUDIT_KEEP_FILES", 5, integer=True)),

@@ -22,4 +22,3 @@ def spawn(coro: Coroutine[Any, Any, T], *, name: str, loop: asyncio.AbstractEven
     _LIVE_TASKS.add(task)
     task.add_done_callback(_LIVE_TASKS.discard)
     return task
-

@@ -40,7 +40,10 @@ def build_ssl_context(extra_ca_bundle: str | None) -> ssl.SSLContext:
 
 def describe_connect_error(exc: BaseException, target: PinnedTarget) -> str:
     if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"TLS certificate for {target.name} rejected: {exc.verify_message or exc.reason}"
+        return (
+            f"TLS certificate for {target.name} rejected: {exc.verify_message or exc.reason}"
+            " (a private CA is trusted by adding its PEM to EGRESS_CA_BUNDLE)"
+        )
     if isinstance(exc, ssl.SSLError):
         return f"TLS handshake with {target.name} failed: {exc.reason or exc}"
     if isinstance(exc, ConnectionRefusedError):

@@ -62,6 +62,7 @@ POLICY_CODES: frozenset[str] = frozenset(
         ErrorCode.COOLDOWN,
         ErrorCode.AUDIT_UNAVAILABLE,
         "destination_mismatch",
+        "protocol_unknown",
     }
 )
 # What happened after the verdict, by error code (anything unlisted is `error`).

@@ -46,6 +46,12 @@ DNS_LOOKUP_SECONDS = Histogram(
     buckets=_LATENCY_BUCKETS_S,
     registry=REGISTRY,
 )
+DNS_QUERIES = Counter(
+    "egress_gateway_dns_queries_total",
+    "Queries answered by the policy-aware DNS listener, by decision and query type (known types, else OTHER).",
+    ["decision", "qtype"],
+    registry=REGISTRY,
+)
 CONNECT_SECONDS = LoopHistogram(
     "egress_gateway_upstream_connect_seconds",
     "Time to open a pinned upstream TCP connection.",

@@ -23,14 +23,17 @@ class Decision:
     allowed: bool
     code: ErrorCode | None
     reason: str
+    # The rule that decided, for the audit line: `allow_domains[2]` and its pattern `*.github.com`.
+    rule: str | None = None
+    pattern: str | None = None
 
     @classmethod
-    def allow(cls, reason: str) -> Decision:
-        return cls(True, None, reason)
+    def allow(cls, reason: str, rule: str | None = None, pattern: str | None = None) -> Decision:
+        return cls(True, None, reason, rule, pattern)
 
     @classmethod
-    def deny(cls, code: ErrorCode, reason: str) -> Decision:
-        return cls(False, code, reason)
+    def deny(cls, code: ErrorCode, reason: str, rule: str | None = None, pattern: str | None = None) -> Decision:
+        return cls(False, code, reason, rule, pattern)
 
     def to_error(self) -> GatewayError:
         assert self.code is not None
@@ -96,16 +99,22 @@ def decide_form(policy: Policy, host: VettedHost, port: int) -> Decision:
 def decide_name(policy: Policy, principal: Principal, host: VettedHost) -> Decision:
     """May `principal` reach the name `host` (its deny_domains, allow_domains, internal_hosts)?"""
     rule = principal.egress
-    for glob in rule.deny_domains:
+    for index, glob in enumerate(rule.deny_domains):
         if glob_matches(glob, host.name):
             return Decision.deny(
-                ErrorCode.POLICY_DENIED, f"{host.name} matches deny_domains {glob!r} for {principal.name}"
+                ErrorCode.POLICY_DENIED,
+                f"{host.name} matches deny_domains {glob!r} for {principal.name}",
+                f"deny_domains[{index}]",
+                glob,
             )
-    for glob in rule.allow_domains:
+    for index, glob in enumerate(rule.allow_domains):
         if glob_matches(glob, host.name):
-            return Decision.allow(f"{host.name} matches allow_domains {glob!r}")
-    if any(r.host == host.name for r in rule.internal_hosts):
-        return Decision.allow(f"{host.name} is an internal host named by {principal.name}")
+            return Decision.allow(f"{host.name} matches allow_domains {glob!r}", f"allow_domains[{index}]", glob)
+    for index, internal in enumerate(rule.internal_hosts):
+        if internal.host == host.name:
+            return Decision.allow(
+                f"{host.name} is an internal host named by {principal.name}", f"internal_hosts[{index}]", internal.host
+            )
     return Decision.deny(ErrorCode.POLICY_DENIED, f"{host.name} is not in {principal.name}'s allow_domains")
 
 

@@ -30,7 +30,9 @@ from gateway.policy.model import (
     SearchSettings,
     ToolLimits,
     ToolSwitches,
+    TransparentSettings,
 )
+from gateway.policy.transparent import parse_transparent
 from gateway.vet.addresses import IPNetwork
 
 log = logging.getLogger("egress_gateway.policy")
@@ -327,7 +329,9 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         raise PolicyError([f"{source}:{line}: YAML syntax error: {problem}"]) from None
     if root is None:
         raise PolicyError([f"{source}:1: the policy file is empty"])
-    top = reader.mapping(root, "policy", {"version", "defaults", "principals", "fetch", "search", "proxy"})
+    top = reader.mapping(
+        root, "policy", {"version", "defaults", "principals", "fetch", "search", "proxy", "transparent"}
+    )
     version = reader.integer(top["version"], "version", 1, 1) if "version" in top else None
     if "version" not in top:
         reader.error(root, "version is required (version: 1)")
@@ -345,10 +349,13 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     fetch = reader.dataclass_fields(top["fetch"], "fetch", FetchSettings()) if "fetch" in top else FetchSettings()
     search = reader.dataclass_fields(top["search"], "search", SearchSettings()) if "search" in top else SearchSettings()
     proxy = reader.dataclass_fields(top["proxy"], "proxy", ProxySettings()) if "proxy" in top else ProxySettings()
+    transparent = (
+        parse_transparent(reader, top["transparent"], principals) if "transparent" in top else TransparentSettings()
+    )
     if reader.errors:
         raise PolicyError(reader.errors)
     assert version is not None
-    return Policy(version, defaults, principals, fetch, search, proxy, source)
+    return Policy(version, defaults, principals, fetch, search, proxy, source, transparent)
 
 
 def load_policy_file(path: str | os.PathLike[str]) -> Policy:

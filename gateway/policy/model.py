@@ -10,11 +10,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gateway.vet.addresses import IPNetwork
+from gateway.vet.addresses import IPAddress, IPNetwork
 
 Mode = Literal["enforce", "report"]
 SniMode = Literal["require", "match-if-present", "off"]
 RobotsMode = Literal["respect", "ignore"]
+DestinationMode = Literal["follow-name", "strict"]
+DnsDeniedAnswer = Literal["nxdomain", "refused"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,34 @@ class ProxySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RawTcpRule:
+    """One host:port the transparent listener may splice as raw TCP (no TLS or HTTP seen)."""
+
+    host: str  # an IDNA name or an IP address as text
+    ip: IPAddress | None
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransparentSettings:
+    """The `transparent:` section: interception of redirected TCP and of the pod's DNS."""
+
+    # uid -> principal name; each listed uid is redirected to a listener port of its own.
+    principals: tuple[tuple[int, str], ...] = ()
+    default_principal: str = "default"
+    destination: DestinationMode = "follow-name"
+    raw_tcp: tuple[RawTcpRule, ...] = ()
+    dns_denied_answer: DnsDeniedAnswer = "nxdomain"
+    dns_allow_types: tuple[str, ...] = ("A", "AAAA", "CNAME")
+
+    def principal_for_uid(self, uid: int | None) -> str:
+        for listed, name in self.principals:
+            if listed == uid:
+                return name
+        return self.default_principal
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     version: int
     defaults: Defaults
@@ -145,6 +175,7 @@ class Policy:
     search: SearchSettings = field(default_factory=SearchSettings)
     proxy: ProxySettings = field(default_factory=ProxySettings)
     source: str = "<memory>"
+    transparent: TransparentSettings = field(default_factory=TransparentSettings)
 
     @property
     def default_principal(self) -> Principal | None:

@@ -171,10 +171,12 @@ class Tunnel:
         "eofs",
         "gate",
         "idle_s",
+        "kind",
         "last_activity",
         "owner",
         "principal",
         "settings",
+        "sni",
         "started",
         "target",
         "upstream",
@@ -191,8 +193,12 @@ class Tunnel:
         principal: Principal,
         settings: ProxySettings,
         deadline: LazyDeadline,
+        kind: str = "connect",
+        sni: SniMode | None = None,
     ) -> None:
         self.owner = owner
+        # The audit kind: "connect" here, "transparent" for a redirected connection.
+        self.kind = kind
         self.audit = audit
         self.client = client
         self.upstream = dialed.transport
@@ -209,7 +215,9 @@ class Tunnel:
         self.last_activity = self.started
         self.idle_s = settings.idle_timeout_s
         # None: the handshake has been checked (or needs no check) and bytes flow freely.
-        self.gate: HelloGate | None = HelloGate(self._sni_refusal) if settings.sni != "off" else None
+        # `sni` overrides the policy's mode (the transparent listener has no CONNECT name to match).
+        self.sni: SniMode = settings.sni if sni is None else sni
+        self.gate: HelloGate | None = HelloGate(self._sni_refusal) if self.sni != "off" else None
         self.ends_at = self.started + settings.max_tunnel_lifetime_s
         # The client connection's deadline serves both limits: its timer, armed at accept for the
         # head deadline, fires first and re-arms for the time left, so a tunnel setup arms no
@@ -227,7 +235,7 @@ class Tunnel:
         return self.target.port
 
     def _sni_refusal(self, peek: ClientHelloPeek) -> str | None:
-        return sni_verdict(self.settings.sni, self.port, self.connect_host, self.target.host.ip is not None, peek)
+        return sni_verdict(self.sni, self.port, self.connect_host, self.target.host.ip is not None, peek)
 
     def start(self, early: bytes) -> None:
         """Attach to the upstream protocol, deliver anything that arrived early, start reading."""
@@ -266,7 +274,7 @@ class Tunnel:
     def _refuse_sni(self, refusal: str) -> None:
         _SNI_DENIED.inc()
         self.audit.decision(
-            kind="connect",
+            kind=self.kind,
             principal=self.principal.name,
             host=self.connect_host,
             port=self.port,
@@ -382,7 +390,7 @@ class Tunnel:
         if self.bytes_down:
             _DOWN.inc(self.bytes_down)
         self.audit.connection_closed(
-            kind="connect",
+            kind=self.kind,
             principal=self.principal.name,
             host=self.connect_host,
             port=self.port,

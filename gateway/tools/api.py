@@ -183,6 +183,7 @@ class ToolsApi:
         # DNS, inside the call and on every redirect hop.
         policy = context.loaded.policy
         decision = decide_name(policy, context.principal, vetted.host)
+        audit.update(rule=decision.rule, rule_pattern=decision.pattern)
         if not decision.allowed:
             if policy.mode_for(context.principal) == "enforce":
                 raise decision.to_error()

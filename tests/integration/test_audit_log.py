@@ -74,6 +74,7 @@ def test_the_tools_api_echoes_the_line_id_and_the_line_carries_the_client(
     assert line["client_ip"] == "127.0.0.1"
     assert isinstance(line["client_port"], int)
     assert (line["decision"], line["outcome"], line["run"], line["step"]) == ("allow", "ok", "run-7", "step-2")
+    assert (line["rule"], line["rule_pattern"]) == ("allow_domains[0]", "*")
     assert "secret" not in audit_path.read_text()
 
 

@@ -160,3 +160,9 @@ def test_metrics_carry_build_info_and_process_metrics_without_created_or_empty_c
     assert "_created" not in text
     assert 'code=""' not in text
     assert 'egress_gateway_decisions_total{code="unsafe_url",decision="deny",kind="fetch"} 1.0' in text
+
+
+def test_check_finds_the_default_policy_from_any_directory(tmp_path: Path) -> None:
+    result = _cli("check", "https://metadata.google.internal/", cwd=tmp_path)
+    assert result.returncode == 3, result.stderr
+    assert '"code":"unsafe_url"' in result.stdout

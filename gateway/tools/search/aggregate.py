@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -48,6 +49,29 @@ _OUTCOME_FOR_KIND = {
     "refused": str(ErrorCode.UPSTREAM_STATUS),
     "unrecognised": str(ErrorCode.UNAVAILABLE),
 }
+
+
+_ENGINE_ERROR_TEXT = {
+    ErrorCode.DNS_FAILURE: "{host} did not resolve",
+    ErrorCode.TIMEOUT: "{host} did not answer in time",
+    ErrorCode.TOO_LARGE: "{host} answered with more than the size cap",
+    ErrorCode.REDIRECT_BLOCKED: "{host} redirected somewhere the gateway refuses",
+}
+
+
+def describe_engine_error(error: GatewayError, base_url: str) -> str:
+    """What went wrong with an engine, for an agent: the host and the reason, never the request
+    URL (it carries the query) and never the bare code again."""
+    host = urlsplit(base_url).hostname or "the engine"
+    template = _ENGINE_ERROR_TEXT.get(error.code)
+    if template is not None:
+        return template.format(host=host)
+    if error.code == ErrorCode.CONNECT_FAILURE:
+        # describe_connect_error names the host and the TLS or socket problem, not the URL.
+        return error.message
+    if error.code in {ErrorCode.POLICY_DENIED, ErrorCode.BLOCKED_DESTINATION, ErrorCode.UNSAFE_URL}:
+        return f"{host} is refused by the policy ({error.code})"
+    return f"{host}: {str(error.code).replace('_', ' ')}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +233,8 @@ class SearchAggregator:
                 reply = await self._transport(request, deadline_s=self._attempt_deadline_s)
             except GatewayError as error:
                 # The transport's own code (timeout, dns_failure, ...) names what went wrong;
-                # its message may quote the request URL, so it stays out of the attempt.
-                return _EngineAnswer(str(error.code), str(error.code))
+                # its message may quote the request URL, so the detail is written from the host.
+                return _EngineAnswer(str(error.code), describe_engine_error(error, engine.base_url))
             if reply.status not in RETRY_STATUSES:
                 break
             refusal = ErrorCode.RATE_LIMITED if reply.status == 429 else ErrorCode.UNAVAILABLE
@@ -247,9 +271,21 @@ class SearchAggregator:
             return SearchResult(last.engine, (), False, tuple(attempts))
         failures = [a for a in asked if a.outcome != OUTCOME_NO_RESULTS]
         code = ErrorCode(failures[-1].outcome)
-        summary = "; ".join(f"{a.engine} {a.outcome}" + (f" ({a.detail})" if a.detail else "") for a in asked)
+        summary = "; ".join(
+            f"{a.engine} {a.outcome.replace('_', ' ')}"
+            + (f": {a.detail}" if a.detail and a.detail != a.outcome else "")
+            for a in asked
+        )
+        skipped = [a.engine for a in attempts if a.outcome == OUTCOME_SKIPPED]
+        hint = ""
+        if skipped:
+            keys = ", ".join(f"EGRESS_SEARCH_{name.upper()}_KEY" for name in skipped)
+            hint = (
+                f" (skipped for want of a key: {', '.join(skipped)}; set {keys}, or add a self-hosted engine"
+                " with EGRESS_SEARCH_SEARXNG_URL or EGRESS_SEARCH_URL)"
+            )
         raise GatewayError(
             code,
-            f"no search engine answered: {summary}",
+            f"no search engine answered: {summary}{hint}",
             extra={"attempts": [a.to_json() for a in attempts]},
         )

@@ -1,0 +1,216 @@
+"""The policy-aware DNS listener: the pod's queries over UDP and TCP, one port per agent uid.
+
+Owns the sockets and the flow of one query: principal of the port, `judge_query`, the forward to
+the gateway's own upstreams (only for an allowed name), `judge_answer`, truncation for UDP, and
+one audit line (`event: "dns"`) and one count per query. Queries in flight are bounded; past the
+bound a UDP query is dropped (the client retries) and a TCP connection waits.
+
+Never forwards a query the verdict refused, never answers from anything but the upstream's reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import struct
+import time
+from collections.abc import Callable
+from typing import cast
+
+from gateway.dnsguard.upstream import Upstream
+from gateway.dnsguard.verdict import fit_udp, judge_answer, judge_query
+from gateway.egress.target import EgressCore
+from gateway.errors import GatewayError
+from gateway.observe import metrics
+from gateway.observe.audit import AuditLog
+from gateway.policy.transparent import KNOWN_QUERY_TYPES
+from gateway.settings import ListenAddress
+from gateway.tasks import spawn
+from gateway.transparent.listener import principal_for_port
+from gateway.transparent.ports import assign_ports
+
+MAX_IN_FLIGHT = 1024
+TCP_IDLE_S = 10.0
+MAX_TCP_MESSAGE_BYTES = 65535
+
+
+class DnsListener:
+    def __init__(self, core: EgressCore, audit: AuditLog, upstream: Upstream) -> None:
+        self.core = core
+        self.audit = audit
+        self.upstream = upstream
+        self.in_flight = 0
+        self._transports: list[asyncio.BaseTransport] = []
+        self._servers: list[asyncio.AbstractServer] = []
+
+    async def start(self, addresses: tuple[ListenAddress, ...], uids: list[int]) -> None:
+        loop = asyncio.get_running_loop()
+        for listen in addresses:
+            for assignment in assign_ports(listen.port, uids):
+                transport, _ = await loop.create_datagram_endpoint(
+                    functools.partial(_UdpQueries, self, assignment.uid), local_addr=(listen.host, assignment.port)
+                )
+                self._transports.append(transport)
+                server = await loop.create_server(
+                    functools.partial(_TcpQueries, self, assignment.uid),
+                    listen.host,
+                    assignment.port,
+                    reuse_address=True,
+                )
+                self._servers.append(server)
+
+    def close(self) -> None:
+        for transport in self._transports:
+            transport.close()
+        for server in self._servers:
+            server.close()
+
+    async def answer(self, data: bytes, uid: int | None, *, tcp: bool) -> bytes | None:
+        """The reply to one query (None: nothing can be answered, e.g. not even a header)."""
+        loaded = self.core.loaded
+        policy = loaded.policy
+        started = time.perf_counter()
+        try:
+            principal = principal_for_port(loaded, uid)
+        except GatewayError as error:
+            self._record(
+                None, "", "", decision="deny", code=str(error.code), reason=error.message, answers=0,
+                generation=loaded.generation, started=started,
+            )  # fmt: skip
+            return None
+        verdict = judge_query(data, policy, principal)
+        if not verdict.forward:
+            self._record(
+                principal.name, verdict.name, verdict.qtype, decision="deny", code=verdict.code,
+                reason=verdict.reason, answers=0, generation=loaded.generation, started=started,
+            )  # fmt: skip
+            return verdict.reply
+        try:
+            raw = await self.upstream.forward(data, tcp=tcp)
+        except GatewayError as error:
+            self._record(
+                principal.name, verdict.name, verdict.qtype, decision="error", code=str(error.code),
+                reason=error.message, answers=0, generation=loaded.generation, started=started,
+            )  # fmt: skip
+            return None
+        judged = judge_answer(data, raw, policy, principal, self.core.guard_for(loaded))
+        would = verdict.would_deny
+        decision = "deny" if judged.code else ("would_deny" if would is not None else "allow")
+        self._record(
+            principal.name,
+            verdict.name,
+            verdict.qtype,
+            decision=decision,
+            code=judged.code or (str(would.code) if would is not None else None),
+            reason=judged.reason or (would.message if would is not None else ""),
+            answers=judged.answers,
+            generation=loaded.generation,
+            started=started,
+        )
+        return judged.reply if tcp else fit_udp(judged.reply, verdict.udp_limit)
+
+    def _record(
+        self,
+        principal: str | None,
+        name: str,
+        qtype: str,
+        *,
+        decision: str,
+        code: str | None,
+        reason: str,
+        answers: int,
+        generation: int,
+        started: float,
+    ) -> None:
+        metrics.DNS_QUERIES.labels(decision, qtype if qtype in KNOWN_QUERY_TYPES else "OTHER").inc()
+        # A query the upstream failed is the policy's allow with the failure as the outcome.
+        self.audit.decision(
+            kind="dns",
+            principal=principal,
+            host=name or None,
+            port=None,
+            decision="deny" if decision == "error" else decision,
+            code=code,
+            reason=reason or None,
+            generation=generation,
+            qtype=qtype or None,
+            answers=answers,
+            duration_s=round((time.perf_counter() - started) * 1e6) / 1e6,
+        )
+
+
+class _UdpQueries(asyncio.DatagramProtocol):
+    def __init__(self, listener: DnsListener, uid: int | None) -> None:
+        self.listener = listener
+        self.uid = uid
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        listener = self.listener
+        if listener.in_flight >= MAX_IN_FLIGHT:
+            return
+        listener.in_flight += 1
+        spawn(self._answer(data, addr), name="dns-udp")
+
+    async def _answer(self, data: bytes, addr: tuple[str, int]) -> None:
+        try:
+            reply = await self.listener.answer(data, self.uid, tcp=False)
+        finally:
+            self.listener.in_flight -= 1
+        if reply is not None and self.transport is not None and not self.transport.is_closing():
+            self.transport.sendto(reply, addr)
+
+
+class _TcpQueries(asyncio.Protocol):
+    """RFC 7766: two-byte length-prefixed messages; several may come on one connection."""
+
+    def __init__(self, listener: DnsListener, uid: int | None) -> None:
+        self.listener = listener
+        self.uid = uid
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.idle: asyncio.TimerHandle | None = None
+        self.pending = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self._arm(self.transport.close)
+
+    def _arm(self, callback: Callable[[], object]) -> None:
+        if self.idle is not None:
+            self.idle.cancel()
+        self.idle = asyncio.get_running_loop().call_later(TCP_IDLE_S, callback)
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.buffer += data
+        self._arm(self.transport.close)
+        while len(self.buffer) >= 2:
+            (length,) = struct.unpack_from("!H", self.buffer)
+            if len(self.buffer) < 2 + length:
+                return
+            message = bytes(self.buffer[2 : 2 + length])
+            del self.buffer[: 2 + length]
+            self.pending += 1
+            spawn(self._answer(message), name="dns-tcp")
+
+    async def _answer(self, message: bytes) -> None:
+        try:
+            reply = await self.listener.answer(message, self.uid, tcp=True)
+        finally:
+            self.pending -= 1
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if reply is None:
+            transport.close()
+            return
+        transport.write(struct.pack("!H", len(reply)) + reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self.idle is not None:
+            self.idle.cancel()

@@ -1,0 +1,177 @@
+"""The DNS listener's decisions on wire-format messages: may a query go upstream, may its answer
+come back. dnslib reads and writes the wire format.
+
+A query is forwarded only when it is one ordinary question, of a type the policy allows, for a
+name the principal may reach (the same domain rules as every connection). A denied name gets
+NXDOMAIN or REFUSED and is never sent anywhere: a name is itself data (`<secret>.attacker.example`).
+An answer comes back only when every address in it passes the address guard (a name that answers
+a private or metadata address gets the denied answer too). Replies larger than the client can take
+over UDP are truncated with TC set so it asks again over TCP.
+
+Pure: bytes and policy values in, bytes and a verdict out. Never opens a socket.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from dnslib import CLASS, QTYPE, RCODE, DNSError, DNSHeader, DNSQuestion, DNSRecord
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.policy.decide import decide_addresses, decide_destination
+from gateway.policy.model import Policy, Principal
+from gateway.vet.addresses import AddressGuard, IPAddress
+from gateway.vet.urls import vet_host
+
+# RFC 1035 section 4.2.1: without EDNS0 a UDP reply is at most 512 bytes; RFC 6891 lets the
+# client announce more, which we honour up to a sane bound.
+CLASSIC_UDP_BYTES = 512
+MAX_UDP_BYTES = 4096
+OPT_TYPE = 41
+ADDRESS_TYPES = frozenset({QTYPE.A, QTYPE.AAAA})
+
+
+@dataclass(frozen=True, slots=True)
+class QueryVerdict:
+    """What to do with one query: forward it, or answer `reply` at once."""
+
+    name: str
+    qtype: str
+    forward: bool
+    reply: bytes | None = None
+    code: str | None = None
+    reason: str = ""
+    udp_limit: int = CLASSIC_UDP_BYTES
+    would_deny: GatewayError | None = None
+
+
+def _qtype_name(value: int) -> str:
+    try:
+        return str(QTYPE[value])
+    except (KeyError, DNSError):
+        return f"TYPE{value}"
+
+
+def _rcode_reply(query: DNSRecord, rcode: int) -> bytes:
+    reply = query.reply()
+    reply.header.rcode = rcode
+    reply.header.aa = 0
+    return bytes(reply.pack())
+
+
+def _udp_limit(query: DNSRecord) -> int:
+    for record in query.ar:
+        if record.rtype == OPT_TYPE:
+            return max(CLASSIC_UDP_BYTES, min(int(record.rclass), MAX_UDP_BYTES))
+    return CLASSIC_UDP_BYTES
+
+
+def parse_query(data: bytes) -> DNSRecord | None:
+    try:
+        return DNSRecord.parse(data)
+    except (DNSError, ValueError, IndexError, UnicodeDecodeError):
+        return None
+
+
+def judge_query(data: bytes, policy: Policy, principal: Principal) -> QueryVerdict:
+    """The verdict on one query from `principal`; malformed input gets FORMERR (or nothing)."""
+    query = parse_query(data)
+    if query is None:
+        return QueryVerdict("", "", forward=False, code=str(ErrorCode.INVALID_INPUT), reason="malformed DNS message")
+    denied_rcode = RCODE.NXDOMAIN if policy.transparent.dns_denied_answer == "nxdomain" else RCODE.REFUSED
+    if query.header.qr or query.header.opcode != 0 or len(query.questions) != 1:
+        return QueryVerdict(
+            "",
+            "",
+            forward=False,
+            reply=_rcode_reply(query, RCODE.FORMERR),
+            code=str(ErrorCode.INVALID_INPUT),
+            reason="not one standard query",
+        )
+    question = query.questions[0]
+    name = str(question.qname).rstrip(".").lower()
+    qtype = _qtype_name(question.qtype)
+    limit = _udp_limit(query)
+    if question.qclass != CLASS.IN or qtype not in policy.transparent.dns_allow_types:
+        return QueryVerdict(
+            name,
+            qtype,
+            forward=False,
+            reply=_rcode_reply(query, RCODE.REFUSED),
+            code=str(ErrorCode.POLICY_DENIED),
+            reason=f"query type {qtype} is not in transparent.dns.allow_types",
+            udp_limit=limit,
+        )
+    try:
+        host = vet_host(name)
+        # The name rules only: any port the policy allows stands in, the port is not in question.
+        decision = decide_destination(policy, principal, host, policy.defaults.ports[0])
+    except GatewayError as error:
+        return QueryVerdict(
+            name,
+            qtype,
+            forward=False,
+            reply=_rcode_reply(query, denied_rcode),
+            code=str(error.code),
+            reason=error.message,
+        )
+    if not decision.allowed:
+        refusal = decision.to_error()
+        if policy.mode_for(principal) != "report":
+            return QueryVerdict(
+                name,
+                qtype,
+                forward=False,
+                reply=_rcode_reply(query, denied_rcode),
+                code=str(refusal.code),
+                reason=refusal.message,
+                udp_limit=limit,
+            )
+        return QueryVerdict(name, qtype, forward=True, udp_limit=limit, would_deny=refusal)
+    return QueryVerdict(name, qtype, forward=True, udp_limit=limit)
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerVerdict:
+    reply: bytes
+    answers: int
+    code: str | None = None
+    reason: str = ""
+    truncated_upstream: bool = False
+
+
+def judge_answer(
+    query_bytes: bytes, answer_bytes: bytes, policy: Policy, principal: Principal, guard: AddressGuard
+) -> AnswerVerdict:
+    """Pass an upstream answer back only when every address in it is allowed."""
+    query = parse_query(query_bytes)
+    answer = parse_query(answer_bytes)
+    assert query is not None  # judge_query parsed it before it was forwarded
+    if answer is None or answer.header.id != query.header.id or not answer.header.qr:
+        return AnswerVerdict(
+            _rcode_reply(query, RCODE.SERVFAIL), 0, str(ErrorCode.DNS_FAILURE), "malformed upstream answer"
+        )
+    name = str(query.questions[0].qname).rstrip(".").lower()
+    addresses: list[IPAddress] = []
+    for record in [*answer.rr, *answer.ar]:
+        if record.rtype in ADDRESS_TYPES:
+            addresses.append(ipaddress.ip_address(str(record.rdata)))
+    if addresses:
+        vetted = decide_addresses(guard, principal, name, addresses)
+        if not vetted.allowed and policy.mode_for(principal) != "report":
+            denied = RCODE.NXDOMAIN if policy.transparent.dns_denied_answer == "nxdomain" else RCODE.REFUSED
+            assert vetted.code is not None
+            return AnswerVerdict(_rcode_reply(query, denied), 0, str(vetted.code), vetted.reason)
+    return AnswerVerdict(bytes(answer_bytes), len(answer.rr), truncated_upstream=bool(answer.header.tc))
+
+
+def fit_udp(reply: bytes, limit: int) -> bytes:
+    """A reply too large for the client's UDP buffer becomes its header and question with TC set."""
+    if len(reply) <= limit:
+        return reply
+    record = DNSRecord.parse(reply)
+    header = DNSHeader(id=record.header.id, bitmap=record.header.bitmap, tc=1)
+    header.rcode = record.header.rcode
+    questions: list[DNSQuestion] = list(record.questions)
+    return bytes(DNSRecord(header, q=questions[0] if questions else None).pack())

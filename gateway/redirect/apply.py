@@ -1,0 +1,61 @@
+"""Running the rendered rules: `nft -f -` (one atomic transaction) or iptables-restore.
+
+Owns the commands and their failures: a command that is missing or that the kernel refuses
+becomes a GatewayError with the tool's own one-line reason, never a traceback. Never renders a
+rule itself (rules.py does).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.redirect.rules import IPT_CHAIN, RedirectPlan, render_iptables, render_nft, render_nft_remove
+
+COMMAND_TIMEOUT_S = 20.0
+IPTABLES_FAMILIES = (("iptables", "iptables-restore", 4), ("ip6tables", "ip6tables-restore", 6))
+
+
+def _run(argv: Sequence[str], stdin: str | None = None, *, check: bool = True) -> bool:
+    if shutil.which(argv[0]) is None:
+        raise GatewayError(ErrorCode.UNAVAILABLE, f"{argv[0]} is not installed")
+    try:
+        done = subprocess.run(  # noqa: S603 - fixed argv, no shell
+            list(argv), input=stdin, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GatewayError(ErrorCode.UNAVAILABLE, f"{argv[0]} failed: {exc}") from None
+    if done.returncode != 0 and check:
+        reason = (done.stderr or done.stdout).strip().splitlines()
+        raise GatewayError(
+            ErrorCode.UNAVAILABLE, f"{' '.join(argv)} exited {done.returncode}: {reason[0] if reason else ''}"
+        )
+    return done.returncode == 0
+
+
+def apply_nft(plan: RedirectPlan) -> None:
+    _run(["nft", "-f", "-"], render_nft(plan))
+
+
+def remove_nft() -> None:
+    _run(["nft", "-f", "-"], render_nft_remove())
+
+
+def apply_iptables(plan: RedirectPlan) -> None:
+    """Our chain replaced in one restore per family, then one jump from OUTPUT if not there yet."""
+    for binary, restore, version in IPTABLES_FAMILIES:
+        _run([restore, "--noflush"], render_iptables(plan, version))
+        for table in ("nat", "filter"):
+            if not _run([binary, "-w", "-t", table, "-C", "OUTPUT", "-j", IPT_CHAIN], check=False):
+                _run([binary, "-w", "-t", table, "-I", "OUTPUT", "1", "-j", IPT_CHAIN])
+
+
+def remove_iptables() -> None:
+    for binary, _, _ in IPTABLES_FAMILIES:
+        for table in ("nat", "filter"):
+            while _run([binary, "-w", "-t", table, "-D", "OUTPUT", "-j", IPT_CHAIN], check=False):
+                pass
+            if _run([binary, "-w", "-t", table, "-F", IPT_CHAIN], check=False):
+                _run([binary, "-w", "-t", table, "-X", IPT_CHAIN])

@@ -1,0 +1,419 @@
+"""The transparent TCP listener: connections the pod's rules redirected, decided like CONNECT.
+
+Owns a redirected connection from accept to hand-over: the original destination
+(`SO_ORIGINAL_DST`), the principal of the listener port (one port per agent uid), the first
+flight held and classified (TLS ClientHello SNI, plain HTTP, or anything else), then the same
+decision as a CONNECT through `EgressCore.pin` on the *name* (the agent's own DNS answer and
+chosen address are never trusted), the destination rule (follow-name | strict), the raw TCP
+allow-list, the pinned dial, and the hand-over to the proxy's `Tunnel` (kind `transparent`) or,
+for plain HTTP, to the proxy's own request handling (`transparent.http`).
+
+Never parses TLS or HTTP itself (sni.py, the proxy do), never dials anything but a PinnedTarget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import socket
+import time
+from typing import cast
+
+from gateway.egress.connect import open_pinned_connection
+from gateway.egress.target import EgressCore, PinnedTarget
+from gateway.errors import ErrorCode, GatewayError
+from gateway.observe import metrics
+from gateway.observe.audit import AuditLog
+from gateway.policy.model import LoadedPolicy, Principal
+from gateway.proxy.deadline import LazyDeadline
+from gateway.proxy.sni import MAX_PEEK_BYTES
+from gateway.proxy.tunnel import DialedUpstream, Tunnel, UpstreamTunnelProtocol
+from gateway.proxy.tunnel_opener import TunnelOpener
+from gateway.settings import ListenAddress
+from gateway.tasks import spawn
+from gateway.transparent.destination import pin_destination, raw_rules_for_port
+from gateway.transparent.identify import FlightKind, classify_first_flight, describe_seen
+from gateway.transparent.original_dst import original_destination
+from gateway.transparent.ports import assign_ports
+from gateway.vet.addresses import IPAddress
+from gateway.vet.urls import VettedHost, vet_host
+
+KIND = "transparent"
+LISTEN_BACKLOG = 4096
+
+_CONNECT_LATENCY = metrics.CONNECT_SECONDS.labels(KIND)
+
+
+def principal_for_port(loaded: LoadedPolicy, uid: int | None) -> Principal:
+    """The principal of a listener port: the uid's as the current policy names it, else the default."""
+    name = loaded.policy.transparent.principal_for_uid(uid)
+    principal = loaded.policy.principals.get(name)
+    if principal is None:
+        raise GatewayError(ErrorCode.POLICY_DENIED, f"transparent principal {name!r} is not in the policy")
+    return principal
+
+
+class TransparentListener:
+    """Every transparent listening socket (one per address and uid) and the state they share."""
+
+    def __init__(self, core: EgressCore, audit: AuditLog, tunnels: TunnelOpener, http: HttpHandOver | None) -> None:
+        self.core = core
+        self.audit = audit
+        self.tunnels = tunnels
+        self.http = http
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.connections: set[TransparentConnection] = set()
+        self._servers: list[asyncio.AbstractServer] = []
+
+    async def start(self, addresses: tuple[ListenAddress, ...], uids: list[int]) -> None:
+        loop = self.loop = asyncio.get_running_loop()
+        for listen in addresses:
+            for assignment in assign_ports(listen.port, uids):
+                server = await loop.create_server(
+                    functools.partial(TransparentConnection, self, assignment.uid),
+                    listen.host,
+                    assignment.port,
+                    backlog=LISTEN_BACKLOG,
+                    reuse_address=True,
+                )
+                self._servers.append(server)
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.abort("shutdown")
+
+    def record_deny(
+        self,
+        principal: str | None,
+        host: str | None,
+        original: tuple[IPAddress, int] | None,
+        error: GatewayError,
+        generation: int,
+        **extra: str,
+    ) -> None:
+        metrics.DECISIONS.labels(KIND, "deny", str(error.code)).inc()
+        self.audit.decision(
+            kind=KIND,
+            principal=principal,
+            host=host,
+            port=original[1] if original else None,
+            decision="deny",
+            code=str(error.code),
+            reason=error.message,
+            generation=generation,
+            original_dst=_format(original) if original else None,
+            **extra,
+        )
+
+    def record_allow(self, principal: Principal, target: PinnedTarget, original: tuple[IPAddress, int]) -> None:
+        would = target.would_deny
+        decision = "allow" if would is None else "would_deny"
+        metrics.DECISIONS.labels(KIND, decision, "" if would is None else str(would.code)).inc()
+        self.audit.decision(
+            kind=KIND,
+            principal=principal.name,
+            host=target.name,
+            port=target.port,
+            addresses=target.address_texts,
+            decision=decision,
+            code=str(would.code) if would is not None else None,
+            reason=would.message if would is not None else None,
+            generation=target.generation,
+            original_dst=_format(original),
+        )
+
+
+def _format(original: tuple[IPAddress, int]) -> str:
+    address, port = original
+    return f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
+
+
+class HttpHandOver:
+    """Implemented by `transparent.http`: takes over a connection whose first flight is HTTP."""
+
+    def take_over(
+        self, transport: asyncio.Transport, uid: int | None, original: tuple[IPAddress, int], first: bytes
+    ) -> None:
+        raise NotImplementedError
+
+
+class TransparentConnection(asyncio.Protocol):
+    """One redirected connection until it becomes a tunnel, an HTTP connection, or is refused."""
+
+    def __init__(self, listener: TransparentListener, uid: int | None) -> None:
+        self.listener = listener
+        self.uid = uid
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
+        self.original: tuple[IPAddress, int] | None = None
+        self.loaded = listener.core.loaded
+        self.principal: Principal | None = None
+        self.held = bytearray()
+        self.tunnel: Tunnel | None = None
+        self.deciding = False
+        self.closed = False
+        self.eof = False
+        self.deadline = LazyDeadline(self._timeout, listener.loop)
+
+    # asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.listener.connections.add(self)
+        sock = transport.get_extra_info("socket")
+        # uvloop hands out a pseudo-socket: read the option on a duplicate of the real descriptor.
+        with socket.socket(sock.family, sock.type, fileno=os.dup(sock.fileno())) as real:
+            self.original = original_destination(real)
+        if self.original is None:
+            self._deny(GatewayError(ErrorCode.POLICY_DENIED, "not a redirected connection (no original destination)"))
+            return
+        try:
+            self.principal = principal_for_port(self.loaded, self.uid)
+        except GatewayError as error:
+            self._deny(error)
+            return
+        self.deadline.set(self.loaded.policy.proxy.head_timeout_s)
+        if raw_rules_for_port(self.loaded.policy.transparent, self.original[1]):
+            # A raw TCP exception: decided on the address alone, before the client says anything
+            # (a server-speaks-first protocol such as SMTP sends nothing until greeted).
+            self.deciding = True
+            spawn(self._decide_raw(), name="transparent-raw", loop=self.listener.loop)
+
+    def data_received(self, data: bytes) -> None:
+        if self.tunnel is not None:
+            self.tunnel.from_client(data)
+            return
+        if self.closed:
+            return
+        self.held += data
+        if len(self.held) > MAX_PEEK_BYTES:
+            self.transport.pause_reading()
+        if not self.deciding:
+            self._identify()
+
+    def eof_received(self) -> bool | None:
+        if self.tunnel is not None:
+            return self.tunnel.client_eof()
+        self.eof = True
+        if not self.deciding and not self.closed:
+            self._identify(final=True)
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.listener.connections.discard(self)
+        self.deadline.cancel()
+        if self.tunnel is not None:
+            self.tunnel.client_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self.tunnel is not None:
+            self.tunnel.upstream.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.tunnel is not None and not self.tunnel.closed:
+            self.tunnel.upstream.resume_reading()
+
+    # identification ---------------------------------------------------------------------------
+    def _identify(self, *, final: bool = False) -> None:
+        flight = classify_first_flight(bytes(self.held))
+        if flight.kind == FlightKind.NEED_MORE:
+            if final:
+                self._deny(
+                    GatewayError(ErrorCode.PROTOCOL_UNKNOWN, "the client closed before a complete first flight"),
+                    seen=describe_seen(self.held),
+                )
+            return
+        if flight.kind == FlightKind.UNKNOWN:
+            self._deny(GatewayError(ErrorCode.PROTOCOL_UNKNOWN, flight.reason), seen=describe_seen(self.held))
+            return
+        if flight.kind == FlightKind.HTTP:
+            self._hand_over_http()
+            return
+        self.deciding = True
+        spawn(self._decide_tls(flight.server_name), name="transparent-tls", loop=self.listener.loop)
+
+    def _hand_over_http(self) -> None:
+        http = self.listener.http
+        assert self.original is not None
+        if http is None:
+            self._deny(GatewayError(ErrorCode.PROTOCOL_UNKNOWN, "plain HTTP is not served on this listener"))
+            return
+        self.closed = True  # this protocol is done; the HTTP connection owns the transport now
+        self.listener.connections.discard(self)
+        self.deadline.cancel()
+        held, self.held = bytes(self.held), bytearray()
+        http.take_over(self.transport, self.uid, self.original, held)
+
+    def _literal_host(self) -> VettedHost:
+        assert self.original is not None
+        address = self.original[0]
+        return VettedHost(str(address), address)
+
+    async def _decide_tls(self, server_name: str | None) -> None:
+        assert self.original is not None
+        assert self.principal is not None
+        loaded = self.loaded
+        host_name = server_name
+        try:
+            if server_name is None:
+                if loaded.policy.defaults.literal_ips != "allow":
+                    raise GatewayError(
+                        ErrorCode.POLICY_DENIED, "the TLS ClientHello names no server (SNI) and literal_ips is deny"
+                    )
+                host = self._literal_host()
+            else:
+                host = vet_host(server_name)
+            host_name = host.name
+            target = await self.listener.core.pin(self.principal, host, self.original[1], loaded=loaded)
+            target = pin_destination(loaded.policy.transparent, target, self.original[0])
+        except GatewayError as error:
+            self._deny(error, host=host_name)
+            return
+        await self._open(target)
+
+    async def _decide_raw(self) -> None:
+        """A raw TCP exception: the original address must be the rule's (or among its name's
+        vetted addresses) and pass the address guard; the dial goes to that very address."""
+        assert self.original is not None
+        assert self.principal is not None
+        loaded = self.loaded
+        address, port = self.original
+        matched: PinnedTarget | None = None
+        for rule in raw_rules_for_port(loaded.policy.transparent, port):
+            try:
+                if rule.ip is not None:
+                    if rule.ip != address:
+                        continue
+                    addresses: tuple[IPAddress, ...] = (rule.ip,)
+                else:
+                    addresses = (await self.listener.core.resolver.resolve(rule.host)).addresses
+                    if address not in addresses:
+                        continue
+                guard = self.listener.core.guard_for(loaded)
+                verdict = guard.vet(address)
+                if not verdict.allowed:
+                    raise GatewayError(ErrorCode.BLOCKED_DESTINATION, f"raw TCP to {verdict.reason}")
+            except GatewayError as error:
+                self._deny(error, host=rule.host)
+                return
+            matched = PinnedTarget(VettedHost(rule.host, rule.ip), port, (address,), loaded.generation, 0.0)
+            break
+        if matched is None:
+            # Not an exception after all: judge the first flight like any other connection.
+            self.deciding = False
+            if self.held or self.eof:
+                self._identify(final=self.eof)
+            return
+        await self._open(matched)
+
+    # opening ------------------------------------------------------------------------------------
+    async def _open(self, target: PinnedTarget) -> None:
+        assert self.original is not None
+        assert self.principal is not None
+        listener = self.listener
+        settings = self.loaded.policy.proxy
+        principal = self.principal
+        try:
+            listener.tunnels.reserve(principal.name, settings)
+        except GatewayError as error:
+            self._deny(error, host=target.name)
+            return
+        try:
+            started = time.perf_counter()
+            upstream, proto, address = await open_pinned_connection(
+                target, UpstreamTunnelProtocol, timeout_s=settings.connect_timeout_s
+            )
+            _CONNECT_LATENCY.observe(time.perf_counter() - started)
+        except GatewayError as error:
+            listener.tunnels.release(principal.name)
+            listener.record_allow(principal, target, self.original)
+            metrics.DECISIONS.labels(KIND, "error", str(error.code)).inc()
+            listener.audit.connection_closed(
+                kind=KIND,
+                principal=principal.name,
+                host=target.name,
+                port=target.port,
+                bytes_up=0,
+                bytes_down=0,
+                duration_s=0.0,
+                reason=str(error.code),
+            )
+            self._close()
+            return
+        except BaseException:
+            listener.tunnels.release(principal.name)
+            raise
+        listener.record_allow(principal, target, self.original)
+        if self.closed:
+            upstream.close()
+            listener.tunnels.release(principal.name)
+            listener.audit.connection_closed(
+                kind=KIND,
+                principal=principal.name,
+                host=target.name,
+                port=target.port,
+                bytes_up=0,
+                bytes_down=0,
+                duration_s=0.0,
+                reason="client_closed",
+            )
+            return
+        tunnel = self.tunnel = Tunnel(
+            listener.tunnels,
+            listener.audit,
+            self.transport,
+            DialedUpstream(upstream, proto, address, target),
+            principal=principal,
+            settings=settings,
+            deadline=self.deadline,
+            kind=KIND,
+            sni="off",  # the name *is* the SNI (or the raw rule): nothing left to compare
+        )
+        listener.tunnels.tunnels.add(tunnel)
+        held, self.held = bytes(self.held), bytearray()
+        tunnel.start(held)
+        if tunnel.closed:
+            return
+        if len(held) > MAX_PEEK_BYTES:
+            self.transport.resume_reading()
+        if self.eof:
+            tunnel.client_eof()
+
+    # closing ----------------------------------------------------------------------------------
+    def _deny(self, error: GatewayError, *, host: str | None = None, **extra: str) -> None:
+        if self.closed:
+            return
+        self.listener.record_deny(
+            self.principal.name if self.principal else None,
+            host,
+            self.original,
+            error,
+            self.loaded.generation,
+            **extra,
+        )
+        self._close()
+
+    def _close(self) -> None:
+        self.closed = True
+        self.deadline.cancel()
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def abort(self, reason: str) -> None:
+        if self.tunnel is not None:
+            self.tunnel.close(reason, abort=True)
+            return
+        self.closed = True
+        self.transport.abort()
+
+    def _timeout(self) -> None:
+        if self.tunnel is not None:
+            self.tunnel.deadline_check()
+            return
+        if not self.deciding and not self.closed:
+            self._deny(
+                GatewayError(ErrorCode.PROTOCOL_UNKNOWN, "no complete first flight within the head timeout"),
+                seen=describe_seen(self.held),
+            )

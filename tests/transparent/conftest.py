@@ -1,0 +1,76 @@
+"""The shared pod + internet topology of the transparent tests: built once per module, removed after."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.transparent.netns import (
+    AGENT_UID,
+    CODER_UID,
+    DNS_V4,
+    ORIGIN_V4,
+    ORIGIN_V6,
+    OTHER_V4,
+    PRIVATE_V4,
+    Topology,
+    require_netns,
+)
+
+# Enough A records that the answer does not fit 512 bytes of classic UDP.
+MANY = [f"203.0.113.{i}" for i in range(64, 104)]
+WORLD: dict[str, Any] = {
+    "dns_ip": DNS_V4,
+    "dns": {
+        "docs.example.org": [ORIGIN_V4, ORIGIN_V6],
+        "code.example.net": [OTHER_V4],
+        "blocked.example.net": [OTHER_V4],
+        "private.example.org": [PRIVATE_V4],
+        "mixed.example.org": [ORIGIN_V4, PRIVATE_V4],
+        "many.example.org": MANY,
+    },
+    "origins": [
+        {"ip": ORIGIN_V4, "port": 443, "tls": True, "names": ["docs.example.org"]},
+        {"ip": ORIGIN_V4, "port": 80, "tls": False, "names": ["docs.example.org"]},
+        {"ip": OTHER_V4, "port": 443, "tls": True, "names": ["code.example.net", "blocked.example.net"]},
+        {"ip": ORIGIN_V6, "port": 443, "tls": True, "names": ["docs.example.org"]},
+    ],
+    "raw": [{"ip": ORIGIN_V4, "port": 22}],
+    "udp": [{"ip": ORIGIN_V4, "port": 9999}],
+}
+
+
+def transparent_policy(destination: str = "follow-name", **transparent: Any) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "defaults": {
+            "ports": [22, 80, 443],
+            "allow_cidrs": [f"{ORIGIN_V4}/32", f"{OTHER_V4}/32", f"{ORIGIN_V6}/128", "203.0.113.64/26"],
+        },
+        "principals": {
+            "default": {"egress": {"allow_domains": ["docs.example.org"]}},
+            "research": {"egress": {"allow_domains": ["docs.example.org", "private.example.org", "many.example.org"]}},
+            "coder": {"egress": {"allow_domains": ["code.example.net"]}},
+        },
+        "transparent": {
+            "principals": {AGENT_UID: "research", CODER_UID: "coder"},
+            "destination": destination,
+            **transparent,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def pod() -> Iterator[Topology]:
+    require_netns()
+    topology = Topology("mod")
+    try:
+        topology.build()
+        topology.start_world(WORLD)
+        topology.start_gateway(transparent_policy())
+        topology.redirect("--apply")
+        yield topology
+    finally:
+        topology.destroy()

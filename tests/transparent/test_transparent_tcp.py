@@ -1,0 +1,158 @@
+"""Redirected TCP in a real pod namespace: the agent uses no proxy settings and still goes through
+the gateway, which decides on the name the connection itself carries."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+from tests.transparent.conftest import transparent_policy
+from tests.transparent.netns import CODER_UID, GATEWAY_UID, ORIGIN_V4, ORIGIN_V6, OTHER_V4, Topology, line_time
+
+RAW_CLIENT = (
+    "import socket,sys\n"
+    "s=socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)\n"
+    "s.sendall(b'SSH-2.0-agent\\r\\n')\n"
+    "print(repr(s.recv(100)))\n"
+)
+UDP_CLIENT = (
+    "import socket,sys\n"
+    "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "try:\n"
+    "    s.sendto(sys.argv[3].encode(), (sys.argv[1], int(sys.argv[2])))\n"
+    "    print('sent')\n"
+    "except OSError as exc:\n"
+    "    print('refused', exc)\n"
+)
+
+
+def _transparent(lines: list[dict[str, object]], event: str = "decision") -> list[dict[str, object]]:
+    return [line for line in lines if line.get("kind") == "transparent" and line.get("event") == event]
+
+
+def test_curl_https_without_proxy_settings_is_forced_through_the_gateway(pod: Topology) -> None:
+    result = pod.curl("https://docs.example.org/", "--resolve", f"docs.example.org:443:{ORIGIN_V4}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"origin={ORIGIN_V4} host=docs.example.org\n"
+    lines = pod.wait_audit(lambda line: line.get("kind") == "transparent" and line.get("event") == "close")
+    allowed = [d for d in _transparent(lines) if d["decision"] == "allow" and d["host"] == "docs.example.org"]
+    assert allowed, lines
+    assert allowed[-1]["principal"] == "research"
+    assert allowed[-1]["original_dst"] == f"{ORIGIN_V4}:443"
+
+
+def test_denied_name_is_refused_for_that_uid(pod: Topology) -> None:
+    result = pod.curl("https://code.example.net/", "--resolve", f"code.example.net:443:{OTHER_V4}")
+    assert result.returncode != 0
+    lines = pod.wait_audit(lambda line: line.get("host") == "code.example.net" and line.get("decision") == "deny")
+    denied = [d for d in _transparent(lines) if d["host"] == "code.example.net" and d["decision"] == "deny"]
+    assert denied
+    assert denied[-1]["principal"] == "research"
+    assert denied[-1]["code"] == "policy_denied"
+
+
+def test_two_uids_get_their_own_principals(pod: Topology) -> None:
+    result = pod.curl("https://code.example.net/", "--resolve", f"code.example.net:443:{OTHER_V4}", uid=CODER_UID)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"origin={OTHER_V4} host=code.example.net\n"
+    refused = pod.curl("https://docs.example.org/", "--resolve", f"docs.example.org:443:{ORIGIN_V4}", uid=CODER_UID)
+    assert refused.returncode != 0
+    lines = pod.wait_audit(lambda line: line.get("principal") == "coder" and line.get("decision") == "deny")
+    coder = [d for d in _transparent(lines) if d.get("principal") == "coder"]
+    assert {(d["host"], d["decision"]) for d in coder} >= {("code.example.net", "allow"), ("docs.example.org", "deny")}
+
+
+def test_raw_tcp_to_a_non_http_port_is_refused_and_never_reaches_the_server(pod: Topology) -> None:
+    result = pod.agent(sys.executable, "-c", RAW_CLIENT, ORIGIN_V4, "22")
+    assert "SSH-2.0-world" not in result.stdout
+    lines = pod.wait_audit(lambda line: line.get("code") == "protocol_unknown")
+    denied = [d for d in _transparent(lines) if d.get("code") == "protocol_unknown"]
+    assert denied
+    assert str(denied[-1]["seen"]).startswith("SSH-2.0-agent")
+    assert denied[-1]["original_dst"] == f"{ORIGIN_V4}:22"
+    assert pod.world_log("raw.log") == ""
+
+
+def test_a_dns_lie_pointing_at_the_metadata_address_reaches_only_the_named_host(pod: Topology) -> None:
+    # The agent's own resolver says the metadata address; the gateway resolves the name itself.
+    result = pod.curl("https://docs.example.org/", "--resolve", "docs.example.org:443:169.254.169.254")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"origin={ORIGIN_V4} host=docs.example.org\n"
+    lines = pod.wait_audit(lambda line: line.get("original_dst") == "169.254.169.254:443")
+    assert [d for d in _transparent(lines) if d.get("original_dst") == "169.254.169.254:443"][-1]["decision"] == "allow"
+
+
+def test_the_metadata_address_without_a_name_is_refused(pod: Topology) -> None:
+    result = pod.curl("-k", "https://169.254.169.254/latest/meta-data/")
+    assert result.returncode != 0
+    lines = pod.wait_audit(
+        lambda line: line.get("original_dst") == "169.254.169.254:443" and "SNI" in line.get("reason", "")
+    )
+    assert any(d["decision"] == "deny" for d in _transparent(lines) if "SNI" in str(d.get("reason")))
+
+
+def test_sni_of_an_allowed_host_sent_to_another_address_reaches_only_the_allowed_host(pod: Topology) -> None:
+    result = pod.curl("https://docs.example.org/", "--resolve", f"docs.example.org:443:{OTHER_V4}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"origin={ORIGIN_V4} host=docs.example.org\n"
+
+
+def test_ipv6_connections_are_intercepted_the_same_way(pod: Topology) -> None:
+    result = pod.curl("-6", "https://docs.example.org/", "--resolve", f"docs.example.org:443:[{ORIGIN_V6}]")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("origin=")
+    lines = pod.wait_audit(lambda line: line.get("original_dst") == f"[{ORIGIN_V6}]:443")
+    assert [d for d in _transparent(lines) if d.get("original_dst") == f"[{ORIGIN_V6}]:443"][-1]["decision"] == "allow"
+    denied = pod.curl("-6", "https://code.example.net/", "--resolve", f"code.example.net:443:[{ORIGIN_V6}]")
+    assert denied.returncode != 0
+
+
+def test_the_gateways_own_traffic_is_not_looped(pod: Topology) -> None:
+    started = time.time()
+    result = pod.curl("https://docs.example.org/", "--resolve", f"docs.example.org:443:{ORIGIN_V4}", uid=GATEWAY_UID)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"origin={ORIGIN_V4} host=docs.example.org\n"
+    time.sleep(0.1)  # an audit line would be written within the 10 ms flush interval
+    assert [line for line in _transparent(pod.audit()) if line_time(line) >= started] == []
+
+
+def test_udp_other_than_dns_cannot_leave_the_pod(pod: Topology) -> None:
+    agent = pod.agent(sys.executable, "-c", UDP_CLIENT, ORIGIN_V4, "9999", "from-agent")
+    gateway = pod.agent(sys.executable, "-c", UDP_CLIENT, ORIGIN_V4, "9999", "from-gateway", uid=GATEWAY_UID)
+    assert "sent" in gateway.stdout
+    deadline = time.monotonic() + 5
+    while "from-gateway" not in pod.world_log("udp.log") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    log = pod.world_log("udp.log")
+    assert "from-gateway" in log  # the sink works, so the agent's datagram was really dropped
+    assert "from-agent" not in log
+    assert agent.returncode == 0
+
+
+def test_strict_destination_refuses_an_address_that_is_not_the_names(pod: Topology) -> None:
+    assert pod.gateway is not None
+    pod.write_policy(transparent_policy("strict"))
+    pod.gateway.send_signal(signal.SIGHUP)
+    try:
+        deadline = time.monotonic() + 10
+        mismatch: list[dict[str, object]] = []
+        while not mismatch and time.monotonic() < deadline:
+            result = pod.curl("https://docs.example.org/", "--resolve", f"docs.example.org:443:{OTHER_V4}")
+            lines = pod.wait_audit(lambda line: line.get("code") == "destination_mismatch", timeout_s=0.3)
+            mismatch = [d for d in _transparent(lines) if d.get("code") == "destination_mismatch"]
+        assert mismatch, "strict mode never refused the mismatched address"
+        assert result.returncode != 0
+        assert mismatch[-1]["original_dst"] == f"{OTHER_V4}:443"
+        # The name's own address still passes under strict.
+        ok = pod.curl("https://docs.example.org/", "--resolve", f"docs.example.org:443:{ORIGIN_V4}")
+        assert ok.returncode == 0, ok.stderr
+        assert ok.stdout == f"origin={ORIGIN_V4} host=docs.example.org\n"
+    finally:
+        pod.write_policy(transparent_policy())
+        pod.gateway.send_signal(signal.SIGHUP)
+
+
+def test_every_audit_line_matches_the_schema(pod: Topology) -> None:
+    assert pod.audit()
+    assert pod.schema_errors() == []
