@@ -127,23 +127,24 @@ class ResponseFraming:
     def _feed(self, data: bytes) -> None:
         parser = self._parser
         scanner = self._scanner
+        rest: bytes | memoryview = data
         while scanner is not None:
-            taken = scanner.take_head(data)
+            taken = scanner.take_head(rest if isinstance(rest, bytes) else rest.tobytes())
             if taken is None:
                 return
-            head, data = taken
+            head, rest = taken
             parser.feed_data(head)
-            scanner = self._scanner  # None once the final head was parsed
-            if not data:
+            scanner = self._scanner  # None once the final head was parsed (copied above only after a 1xx)
+            if not rest:
                 return
         progress = self._progress
-        parser.feed_data(data)
+        parser.feed_data(rest)
         if self._progress != progress or self.complete:
             self._stalled = 0
             return
         # A read with no body byte in it: chunk framing or a trailer section. llhttp buffers
         # neither, but httptools joins a trailer field's fragments quadratically: bound it.
-        self._stalled += len(data)
+        self._stalled += len(rest)
         if self._stalled > MAX_RESPONSE_HEAD_BYTES:
             raise GatewayError(
                 ErrorCode.TOO_LARGE, f"the upstream's chunk framing or trailers exceed {MAX_RESPONSE_HEAD_BYTES} bytes"

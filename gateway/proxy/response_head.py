@@ -34,10 +34,20 @@ class ResponseHeadScanner:
         self._fields = 0  # field lines of this exchange so far
         self._heads = 0
 
-    def take_head(self, data: bytes) -> tuple[bytes, bytes] | None:
+    def take_head(self, data: bytes) -> tuple[memoryview, memoryview] | None:
         """The whole head (with its blank line) and the bytes after it, or None while incomplete.
 
         Raises `too_large` as soon as the raw bytes pass a cap, whether or not the head is done."""
+        if not self._buffer:
+            # The common case, a whole head at the start of a read: no copy into the buffer, and
+            # the bytes after it (often the whole body) stay a view of the read.
+            end = data.find(HEAD_END)
+            if end >= 0 and data.find(b"\n\n", 0, end) < 0:
+                head_length = end + len(HEAD_END)
+                self._count(head_length, data.count(b"\n", 0, head_length))
+                self._complete_head()
+                view = memoryview(data)
+                return view[:head_length], view[head_length:]
         buffer = self._buffer
         start = max(0, len(buffer) - 3)  # the terminator may straddle two reads
         buffer += data
@@ -56,16 +66,18 @@ class ResponseHeadScanner:
         # The status line and the blank line are not fields.
         lines = buffer.count(b"\n", self._scanned, head_length)
         self._count(head_length - (len(buffer) - len(data)), lines)
-        head = bytes(buffer[:head_length])
-        rest = bytes(buffer[head_length:])
+        view = memoryview(bytes(buffer))
         self._buffer = bytearray()
         self._scanned = 0
+        self._complete_head()
+        return view[:head_length], view[head_length:]
+
+    def _complete_head(self) -> None:
         self._heads += 1
         if self._heads > MAX_INTERIM_RESPONSES + 1:
             raise GatewayError(
                 ErrorCode.TOO_LARGE, f"the upstream sent more than {MAX_INTERIM_RESPONSES} interim responses"
             )
-        return head, rest
 
     def _count(self, new_bytes: int, new_lines: int) -> None:
         self._total += new_bytes
