@@ -37,7 +37,10 @@ COPY policies /opt/egress-gateway/policies
 # the venv and the stdlib now (the base image ships no .pyc). The base image's own pip and
 # setuptools go too; the gateway's venv never had them after the build stage.
 # Numeric uid/gid 65532 so Kubernetes runAsNonRoot can verify it without reading /etc/passwd.
+# nftables: the chart's transparent init container runs `egress-gateway redirect --apply` from
+# this image (the gateway itself never runs nft; it runs without any capability).
 RUN python -m pip uninstall -y -q pip setuptools wheel \
+    && apt-get update && apt-get install -y --no-install-recommends nftables \
     && python -m compileall -q -j 0 /opt/venv /usr/local/lib/python3.11 \
     && groupadd --system --gid 65532 nonroot \
     && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \

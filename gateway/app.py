@@ -41,6 +41,7 @@ from gateway.tools.fetch import FetchTool, ReaderService
 from gateway.tools.robots import RobotsCache
 from gateway.tools.search.registry import engines_from_settings
 from gateway.tools.search.tool import SearchTool
+from gateway.transparent.http import TransparentHttp
 from gateway.transparent.listener import TransparentListener
 
 log = logging.getLogger("egress_gateway")
@@ -75,6 +76,7 @@ def _open_audit(settings: Settings) -> AuditLog:
             max_bytes=settings.audit_max_bytes,
             keep_files=settings.audit_keep_files,
             aggregate_s=settings.audit_aggregate_s,
+            http_paths=settings.audit_http_paths,
         )
     except OSError as exc:
         raise GatewayError(
@@ -217,7 +219,8 @@ class Gateway:
         assert self.proxy is not None
         uids = [uid for uid, _ in self.policy.current.policy.transparent.principals]
         if self.settings.transparent_listen:
-            self.transparent = TransparentListener(self.core, self.audit, self.proxy.tunnels, None)
+            http = TransparentHttp(self.proxy)
+            self.transparent = TransparentListener(self.core, self.audit, self.proxy.tunnels, http)
             await self.transparent.start(self.settings.transparent_listen, uids)
         if self.settings.dns_listen:
             upstream = Upstream(self.settings.nameservers, self.settings.dns_timeout_s)

@@ -95,6 +95,7 @@ class Settings:
     audit_max_bytes: int = 0
     audit_keep_files: int = 5
     audit_aggregate_s: float = 10.0
+    audit_http_paths: bool = True
 
     def __repr__(self) -> str:
         return (
@@ -176,6 +177,17 @@ def _number(text: str | None, setting: str, default: float, *, integer: bool = F
     if value < 0:
         raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} must not be negative")
     return value
+
+
+def _switch(text: str | None, setting: str, *, default: bool) -> bool:
+    if text is None or not text.strip():
+        return default
+    value = text.strip().lower()
+    if value in {"on", "true", "yes", "1"}:
+        return True
+    if value in {"off", "false", "no", "0"}:
+        return False
+    raise GatewayError(ErrorCode.INVALID_INPUT, f"{setting}: {text!r} is not on or off")
 
 
 def _audit_on_failure(text: str | None) -> str:
@@ -351,4 +363,5 @@ def _build(env: Mapping[str, str], flags: Mapping[str, str | None]) -> Settings:
         audit_max_bytes=int(_number(env.get("EGRESS_AUDIT_MAX_BYTES"), "EGRESS_AUDIT_MAX_BYTES", 0, integer=True)),
         audit_keep_files=int(_number(env.get("EGRESS_AUDIT_KEEP_FILES"), "EGRESS_AUDIT_KEEP_FILES", 5, integer=True)),
         audit_aggregate_s=_number(env.get("EGRESS_AUDIT_AGGREGATE_S"), "EGRESS_AUDIT_AGGREGATE_S", 10.0),
+        audit_http_paths=_switch(env.get("EGRESS_AUDIT_HTTP_PATHS"), "EGRESS_AUDIT_HTTP_PATHS", default=True),
     )

@@ -153,6 +153,13 @@ def utc_timestamp(now: float | None = None) -> str:
     return _CLOCK.timestamp(time.time() if now is None else now)
 
 
+def client_fields(peer: object) -> dict[str, Any]:
+    """`client_ip` and `client_port` from a transport's `peername` (absent when unknown)."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return {"client_ip": str(peer[0]), "client_port": int(peer[1])}
+    return {}
+
+
 def new_connection_id() -> str:
     """An id unique across gateway processes (random per process) and cheap (a counter)."""
     return f"{_PROCESS_TAG}-{next(_SEQUENCE):x}"
@@ -169,6 +176,7 @@ class AuditLog:
         max_bytes: int = 0,
         keep_files: int = 1,
         aggregate_s: float = DEFAULT_AGGREGATE_S,
+        http_paths: bool = True,
     ) -> None:
         # Raises OSError for an unwritable destination: the daemon refuses to start without it.
         self._sink = (
@@ -176,6 +184,7 @@ class AuditLog:
         )
         self.destination = destination
         self.on_failure = on_failure
+        self.http_paths = http_paths
         self._pending: list[bytes] = []
         self._timer: asyncio.TimerHandle | None = None
         self._failure: str | None = None
@@ -287,6 +296,16 @@ class AuditLog:
         self.flush()
 
     # line builders ----------------------------------------------------------------------------
+    def http_path(self, target: bytes | str) -> str | None:
+        """A plain HTTP line's `path`: the request target's path without its query (a query can
+        carry a secret), or None when EGRESS_AUDIT_HTTP_PATHS is off."""
+        if not self.http_paths:
+            return None
+        text = target.decode("ascii", "replace") if isinstance(target, bytes) else target
+        if "://" in text:
+            text = "/" + text.split("://", 1)[1].partition("/")[2]
+        return text.partition("?")[0].partition("#")[0] or "/"
+
     def decision(
         self,
         *,

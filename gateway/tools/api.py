@@ -18,7 +18,14 @@ from aiohttp import web
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import CONNECTION_ID_HEADER, AuditLog, new_connection_id, outcome_for_code, verdict_for
+from gateway.observe.audit import (
+    CONNECTION_ID_HEADER,
+    AuditLog,
+    client_fields,
+    new_connection_id,
+    outcome_for_code,
+    verdict_for,
+)
 from gateway.policy.decide import authenticate, decide_name
 from gateway.policy.model import LoadedPolicy
 from gateway.tools.call_guard import CallContext, ToolCalls, parse_budget_id, require_tool
@@ -47,11 +54,8 @@ def error_response(exc: GatewayError) -> web.Response:
 
 def _request_fields(request: web.Request) -> dict[str, Any]:
     """The audit fields every tool line carries from its HTTP request: its id and the client."""
-    fields: dict[str, Any] = {"conn": new_connection_id()}
     peer = request.transport.get_extra_info("peername") if request.transport is not None else None
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        fields["client_ip"], fields["client_port"] = str(peer[0]), int(peer[1])
-    return fields
+    return {"conn": new_connection_id(), **client_fields(peer)}
 
 
 class ToolsApi:

@@ -84,6 +84,8 @@ class TransparentListener:
             server.close()
         for conn in list(self.connections):
             conn.abort("shutdown")
+        if self.http is not None:
+            self.http.close()
 
     def record_deny(
         self,
@@ -111,7 +113,7 @@ class TransparentListener:
     def record_allow(self, principal: Principal, target: PinnedTarget, original: tuple[IPAddress, int]) -> None:
         would = target.would_deny
         decision = "allow" if would is None else "would_deny"
-        metrics.DECISIONS.labels(KIND, decision, "" if would is None else str(would.code)).inc()
+        metrics.DECISIONS.labels(KIND, decision, "none" if would is None else str(would.code)).inc()
         self.audit.decision(
             kind=KIND,
             principal=principal.name,
@@ -137,6 +139,9 @@ class HttpHandOver:
     def take_over(
         self, transport: asyncio.Transport, uid: int | None, original: tuple[IPAddress, int], first: bytes
     ) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
         raise NotImplementedError
 
 

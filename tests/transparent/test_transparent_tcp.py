@@ -16,6 +16,21 @@ RAW_CLIENT = (
     "s.sendall(b'SSH-2.0-agent\\r\\n')\n"
     "print(repr(s.recv(100)))\n"
 )
+# Two requests on one kept-alive connection, each with its own Host: each is decided on its own.
+KEEP_ALIVE_CLIENT = (
+    "import socket,sys\n"
+    "s=socket.create_connection((sys.argv[1], 80), timeout=5)\n"
+    "f=s.makefile('rb')\n"
+    "for host in sys.argv[2:]:\n"
+    "    s.sendall(b'GET /k HTTP/1.1\\r\\nHost: ' + host.encode() + b'\\r\\n\\r\\n')\n"
+    "    status=f.readline().split()[1].decode(); length=0; code=''\n"
+    "    while (line := f.readline()) not in (b'\\r\\n', b''):\n"
+    "        name, _, value = line.decode().partition(':')\n"
+    "        if name.lower() == 'content-length': length = int(value)\n"
+    "        if name.lower() == 'x-egress-code': code = value.strip()\n"
+    "    body=f.read(length).decode()\n"
+    "    print(status, code, body.strip())\n"
+)
 UDP_CLIENT = (
     "import socket,sys\n"
     "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
@@ -40,6 +55,40 @@ def test_curl_https_without_proxy_settings_is_forced_through_the_gateway(pod: To
     assert allowed, lines
     assert allowed[-1]["principal"] == "research"
     assert allowed[-1]["original_dst"] == f"{ORIGIN_V4}:443"
+
+
+def test_curl_http_without_proxy_settings_is_forwarded_per_request(pod: Topology) -> None:
+    result = pod.curl("http://docs.example.org/page", "--resolve", f"docs.example.org:80:{ORIGIN_V4}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"origin={ORIGIN_V4} host=docs.example.org\n"
+    lines = pod.wait_audit(lambda line: line.get("kind") == "transparent" and line.get("method") == "GET")
+    allowed = [d for d in _transparent(lines) if d.get("method") == "GET" and d["port"] == 80]
+    assert allowed
+    assert allowed[-1]["principal"] == "research"
+    assert allowed[-1]["host"] == "docs.example.org"
+
+
+def test_each_request_on_a_kept_alive_connection_is_decided_on_its_own_host(pod: Topology) -> None:
+    result = pod.agent(sys.executable, "-c", KEEP_ALIVE_CLIENT, ORIGIN_V4, "docs.example.org", "code.example.net")
+    assert result.returncode == 0, result.stderr
+    first, second = result.stdout.splitlines()
+    assert first == f"200  origin={ORIGIN_V4} host=docs.example.org"
+    assert second.startswith("403 policy_denied ")
+
+
+def test_plain_http_with_a_proxy_credential_still_gets_the_uids_principal(pod: Topology) -> None:
+    result = pod.curl(
+        "http://code.example.net/",
+        "--resolve",
+        f"code.example.net:80:{ORIGIN_V4}",
+        "-H",
+        "Proxy-Authorization: Basic Y29kZXI6eA==",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+    )
+    assert result.stdout == "403"
 
 
 def test_denied_name_is_refused_for_that_uid(pod: Topology) -> None:

@@ -118,3 +118,19 @@ def test_a_failure_after_an_allow_is_logged_as_allow_with_its_outcome(tmp_path: 
 )
 def test_close_reasons_map_to_outcomes(reason: str, outcome: str) -> None:
     assert outcome_for_close(reason) == outcome
+
+
+@pytest.mark.parametrize(
+    ("target", "path"),
+    [
+        pytest.param(b"/search?q=secret&key=abc", "/search", id="origin-form"),
+        pytest.param(b"http://example.org/a/b?token=x#frag", "/a/b", id="absolute-form"),
+        pytest.param(b"http://example.org", "/", id="no-path"),
+    ],
+)
+def test_http_paths_never_carry_the_query(target: bytes, path: str) -> None:
+    assert AuditLog("off").http_path(target) == path
+
+
+def test_http_paths_can_be_dropped_by_setting() -> None:
+    assert AuditLog("off", http_paths=False).http_path(b"/private/report") is None

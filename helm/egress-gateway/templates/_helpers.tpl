@@ -88,6 +88,7 @@ app.kubernetes.io/component: {{ .Values.mode }}
 
 {{/* Refuse settings that would render a broken or unsafe gateway. */}}
 {{- define "egress-gateway.validate" -}}
+{{- include "egress-gateway.validateTransparent" . }}
 {{- $s := .Values.shutdown }}
 {{- if le (int $s.terminationGracePeriodSeconds) (add $s.drainSeconds $s.preStopSleepSeconds | int) }}
 {{- fail (printf "shutdown.terminationGracePeriodSeconds (%d) must exceed shutdown.preStopSleepSeconds + shutdown.drainSeconds (%d)" (int $s.terminationGracePeriodSeconds) (add $s.drainSeconds $s.preStopSleepSeconds | int)) }}
@@ -101,6 +102,106 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- if and .Values.metrics.serviceMonitor.enabled (eq .Values.mode "sidecar") }}
 {{- fail "metrics.serviceMonitor needs mode=deployment (in sidecar mode scrape the workload's pods with a PodMonitor)" }}
 {{- end }}
+{{- end }}
+
+{{/* "true" when the pod's traffic is intercepted (sidecar mode with transparent.enabled). */}}
+{{- define "egress-gateway.transparent" -}}
+{{- if and (eq .Values.mode "sidecar") .Values.transparent.enabled }}true{{ end }}
+{{- end }}
+
+{{/* What would let an agent undo the interception: its running as the gateway's uid (the rules
+exempt that uid) or holding NET_ADMIN (it could delete the rules). Refused at render time. */}}
+{{- define "egress-gateway.validateTransparent" -}}
+{{- $t := .Values.transparent }}
+{{- if $t.enabled }}
+{{- if ne .Values.mode "sidecar" }}
+{{- fail "transparent.enabled needs mode=sidecar (the shared deployment is enforced by NetworkPolicy)" }}
+{{- end }}
+{{- $gw := int $t.gatewayUid }}
+{{- range $t.agentUids }}
+{{- if eq (int .) $gw }}
+{{- fail (printf "transparent.agentUids: %d is transparent.gatewayUid; an agent running as the gateway's uid is exempt from the rules" $gw) }}
+{{- end }}
+{{- if eq (int .) 0 }}
+{{- fail "transparent.agentUids: 0 (root) could remove the rules; run the agent as a non-root uid" }}
+{{- end }}
+{{- end }}
+{{- if eq (int (.Values.podSecurityContext.runAsUser | default 0)) $gw }}
+{{- fail (printf "podSecurityContext.runAsUser is transparent.gatewayUid (%d): every container without its own runAsUser, the agent included, would be exempt from the rules" $gw) }}
+{{- end }}
+{{- $caps := ((.Values.securityContext.capabilities | default dict).add | default list) }}
+{{- if or (has "NET_ADMIN" $caps) (has "CAP_NET_ADMIN" $caps) }}
+{{- fail "securityContext.capabilities.add has NET_ADMIN: an agent with it could delete the interception rules" }}
+{{- end }}
+{{- with .Values.policy.inline.transparent }}
+{{- range $uid, $_ := (.principals | default dict) }}
+{{- if eq (int $uid) $gw }}
+{{- fail (printf "policy transparent.principals maps uid %d, which is transparent.gatewayUid" $gw) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The gateway container's securityContext: the values', run as the gateway uid when intercepting. */}}
+{{- define "egress-gateway.gatewaySecurityContext" -}}
+{{- $ctx := deepCopy .Values.securityContext }}
+{{- if include "egress-gateway.transparent" . }}
+{{- $_ := set $ctx "runAsUser" (int .Values.transparent.gatewayUid) }}
+{{- $_ := set $ctx "runAsGroup" (int .Values.transparent.gatewayUid) }}
+{{- end }}
+{{- toYaml $ctx }}
+{{- end }}
+
+{{/* Settings of the transparent and DNS listeners and of the rules (gateway and init container). */}}
+{{- define "egress-gateway.transparentEnv" -}}
+{{- $t := .Values.transparent }}
+- name: EGRESS_TRANSPARENT_LISTEN
+  value: {{ printf "127.0.0.1:%d,[::1]:%d" (int $t.port) (int $t.port) | quote }}
+- name: EGRESS_DNS_LISTEN
+  value: {{ printf "127.0.0.1:%d,[::1]:%d" (int $t.dnsPort) (int $t.dnsPort) | quote }}
+- name: EGRESS_GATEWAY_UID
+  value: {{ $t.gatewayUid | quote }}
+{{- with $t.excludeCidrs }}
+- name: EGRESS_REDIRECT_EXCLUDE_CIDRS
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- with $t.excludePorts }}
+- name: EGRESS_REDIRECT_EXCLUDE_PORTS
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The init container that installs the interception rules, once, before any other container. */}}
+{{- define "egress-gateway.redirectInitContainer" -}}
+- name: {{ .Values.sidecar.containerName }}-redirect
+  image: {{ include "egress-gateway.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  command: ["/opt/venv/bin/egress-gateway", "redirect", "--apply"]
+  env:
+    - name: EGRESS_POLICY
+      value: {{ printf "/etc/egress-gateway/policy/%s" .Values.policy.key | quote }}
+    {{- include "egress-gateway.transparentEnv" . | trim | nindent 4 }}
+  securityContext:
+    # Root inside the pod's network namespace only, with the two capabilities nft needs.
+    runAsUser: 0
+    runAsGroup: 0
+    runAsNonRoot: false
+    readOnlyRootFilesystem: true
+    allowPrivilegeEscalation: false
+    privileged: false
+    capabilities:
+      drop: [ALL]
+      add: [NET_ADMIN, NET_RAW]
+    seccompProfile:
+      type: RuntimeDefault
+  resources:
+    {{- toYaml .Values.transparent.initResources | nindent 4 }}
+  terminationMessagePolicy: FallbackToLogsOnError
+  volumeMounts:
+    - name: egress-gateway-policy
+      mountPath: /etc/egress-gateway/policy
+      readOnly: true
 {{- end }}
 
 {{/* checksum/* pod annotations: a changed inline policy or chart-made Secret rolls the pods.
@@ -176,6 +277,9 @@ token-{{ $principal }}: {{ $token | b64enc | quote }}
       key: {{ . }}
       optional: true
 {{- end }}
+{{- if include "egress-gateway.transparent" . }}
+{{ include "egress-gateway.transparentEnv" . | trim }}
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -233,7 +337,7 @@ lifecycle:
       command: ["/bin/sleep", "{{ $v.shutdown.preStopSleepSeconds }}"]
 {{- end }}
 securityContext:
-  {{- toYaml $v.securityContext | nindent 2 }}
+  {{- include "egress-gateway.gatewaySecurityContext" .ctx | nindent 2 }}
 resources:
   {{- toYaml $v.resources | nindent 2 }}
 terminationMessagePolicy: FallbackToLogsOnError
@@ -280,6 +384,9 @@ Sidecar templates for workload charts. Each renders list items (or nothing):
 {{- end }}
 
 {{- define "egress-gateway.sidecar.initContainers" -}}
+{{- if include "egress-gateway.transparent" . -}}
+{{- include "egress-gateway.redirectInitContainer" . }}
+{{ end }}
 {{- if include "egress-gateway.nativeSidecar" . -}}
 {{- include "egress-gateway.sidecar" . }}
 {{- end }}
