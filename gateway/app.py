@@ -27,6 +27,7 @@ from gateway.egress.own_addresses import own_addresses
 from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
+from gateway.listener_guard import ListenerLimits, listener_limits, raise_open_files_limit, serve_guarded
 from gateway.observe import metrics
 from gateway.observe.admin import build_admin_app
 from gateway.observe.audit import AuditLog
@@ -150,12 +151,10 @@ class Gateway:
             reasons["not_draining"] = "the gateway is draining for shutdown"
         return reasons
 
-    async def _serve_app(self, app: web.Application, listen: ListenAddress) -> None:
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
+    async def _serve_app(self, app: web.Application, listen: ListenAddress, limits: ListenerLimits) -> None:
         # In-flight tool calls get the drain grace too; none runs past its own 30 s deadline anyway.
         grace_s = self.policy.current.policy.proxy.drain_grace_s
-        await web.TCPSite(runner, listen.host, listen.port, reuse_address=True, shutdown_timeout=grace_s).start()
+        runner = await serve_guarded(app, listen.host, listen.port, limits, shutdown_timeout_s=grace_s)
         self._runners.append(runner)
 
     def build_core(self) -> None:
@@ -177,9 +176,13 @@ class Gateway:
         self.proxy = ProxyServer(self.core, self.audit)
         await self.proxy.start(self.settings.proxy_listen.host, self.settings.proxy_listen.port)
         await self._start_interception()
-        await self._serve_app(self.tools_api().app(), self.settings.api_listen)
+        # Each listener has its own connection budget, sized from the raised open-files limit.
+        api_limits, admin_limits = listener_limits(
+            raise_open_files_limit(), self.policy.current.policy.proxy.head_timeout_s
+        )
+        await self._serve_app(self.tools_api().app(), self.settings.api_listen, api_limits)
         admin = build_admin_app(self.readiness, tools_readiness=self.tools_readiness, reasons=self.readiness_reasons)
-        await self._serve_app(admin, self.settings.admin_listen)
+        await self._serve_app(admin, self.settings.admin_listen, admin_limits)
         self._listeners_bound = True
         self._background.append(spawn(self._watch_policy_file(), name="policy-watch"))
         self._background.append(spawn(self._watch_store(), name="store-watch"))

@@ -61,6 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("query")
     search.add_argument("--max-results", dest="max_results", type=int, default=10)
 
+    mcp = commands.add_parser("mcp", help="speak MCP on stdio (tools in-process, or --connect to a gateway)")
+    _add_settings_flags(mcp)
+    mcp.add_argument("--connect", help="bridge stdio to a running gateway's /mcp, e.g. http://gw:8080")
+    mcp.add_argument("--token", help="bearer token sent to the gateway with --connect")
+    mcp.add_argument("--principal", help="in-process: the policy principal to act as (default: the default one)")
+
+    tools = commands.add_parser("tools", help="print the tool definitions for function calling")
+    tools.add_argument("--format", choices=("openai", "anthropic", "mcp"), default="openai")
+
     redirect = commands.add_parser("redirect", help="render, apply or remove the pod's interception rules")
     action = redirect.add_mutually_exclusive_group(required=True)
     for name in ("print", "apply", "remove"):
@@ -131,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     if args.command == "policy":
         return _policy_lint(args.file) if args.policy_command == "lint" else _policy_token()
+    if args.command == "tools":
+        from gateway.tools.mcp.command import print_tools  # noqa: PLC0415
+
+        return print_tools(args.format)
     try:
         settings = _settings_from(args)
     except GatewayError as exc:
@@ -145,6 +158,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands.serve(settings)
     if args.command == "check":
         return asyncio.run(commands.check(settings, args.url, args.principal))
+    if args.command == "mcp":
+        from gateway.tools.mcp import command as mcp_command  # noqa: PLC0415
+
+        if args.connect:
+            return asyncio.run(mcp_command.bridge_stdio(args.connect, args.token))
+        return asyncio.run(mcp_command.serve_stdio(settings, args.principal))
     if args.command == "redirect":
         return commands.redirect(settings, args.action, args.backend)
     if args.command == "fetch":

@@ -45,7 +45,12 @@ def build_admin_app(
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
 
+    async def plain_server_header(_: web.Request, response: web.StreamResponse) -> None:
+        # No "Python/3.x aiohttp/3.y" banner: the connection budget and deadlines live in listener_guard.
+        response.headers["Server"] = "egress-gateway"
+
     app = web.Application()
+    app.on_response_prepare.append(plain_server_header)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/readyz/tools", readyz_tools)

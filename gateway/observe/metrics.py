@@ -158,6 +158,17 @@ OUTCOMES = Counter(
     ["kind", "outcome"],
     registry=REGISTRY,
 )
+OPEN_FILES_LIMIT = Gauge(
+    "egress_gateway_open_files_limit",
+    "The process's open-files soft limit (RLIMIT_NOFILE) after start raised it to the hard limit.",
+    registry=REGISTRY,
+)
+LISTENER_REFUSED = Counter(
+    "egress_gateway_listener_connections_refused_total",
+    "Connections closed at accept because the listener (api, admin) was at its connection cap.",
+    ["listener"],
+    registry=REGISTRY,
+)
 AUTH_FAILURES = Counter(
     "egress_gateway_auth_failures_total",
     "Requests refused for a missing or wrong credential, by kind.",

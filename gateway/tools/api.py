@@ -1,17 +1,20 @@
-"""The tools API listener: POST /v1/fetch and POST /v1/search, JSON in and out.
+"""The tools API listener: POST /v1/fetch and POST /v1/search, JSON in and out; /mcp beside them.
 
 Owns the HTTP edge only: the principal from `Authorization: Bearer` (or the default principal),
 run and step ids from `X-Egress-Run`/`X-Egress-Step`, argument parsing, and turning every
 GatewayError into its status and the JSON error body. One audit line per call, without the
-query text, the URL path or any credential.
+query text, the URL path or any credential. Also serves what describes it: `GET /openapi.json`
+and `GET /v1/tools`, both generated from gateway.tools.schemas. Unknown paths and methods get the
+JSON error body too, and the `Server` header names no version.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import orjson
 from aiohttp import web
@@ -30,10 +33,17 @@ from gateway.policy.decide import authenticate, decide_name
 from gateway.policy.model import LoadedPolicy
 from gateway.tools.call_guard import CallContext, ToolCalls, parse_budget_id, require_tool
 from gateway.tools.fetch import FetchTool, parse_fetch_args
+from gateway.tools.mcp.http import McpHttpEndpoint
+from gateway.tools.openapi import openapi_document
+from gateway.tools.schemas import Tool, ToolFormat, render_tools
 from gateway.tools.search.query import parse_search_args
 from gateway.tools.search.tool import SearchTool
 
 MAX_REQUEST_BYTES = 64 * 1024
+# A request body must arrive within this time once its head is in (a slow body holds a socket).
+BODY_TIMEOUT_S = 10.0
+SERVER_HEADER = "egress-gateway"
+TOOL_FORMATS: tuple[ToolFormat, ...] = ("openai", "anthropic", "mcp")
 
 
 def _json_response(body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -74,12 +84,20 @@ class ToolsApi:
         self._audit = audit
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES, middlewares=[json_http_errors])
         app.router.add_post("/v1/fetch", self.handle_fetch)
         app.router.add_post("/v1/search", self.handle_search)
+        app.router.add_get("/v1/tools", self.handle_tools)
+        app.router.add_get("/openapi.json", self.handle_openapi)
+        McpHttpEndpoint(self).add_routes(app)
+        app.on_response_prepare.append(_plain_server_header)
         return app
 
     async def _context(self, request: web.Request) -> CallContext:
+        return self.context_for(request)
+
+    def context_for(self, request: web.Request) -> CallContext:
+        """The principal and budget ids of a request, exactly as /v1 reads them (auth_required if wrong)."""
         loaded = self._policy_source()
         authorization = request.headers.get("Authorization")
         token: str | None = None
@@ -100,10 +118,7 @@ class ToolsApi:
     async def _payload(request: web.Request) -> Any:
         if request.content_type != "application/json":
             raise GatewayError(ErrorCode.INVALID_INPUT, "Content-Type must be application/json")
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise GatewayError(ErrorCode.INVALID_INPUT, f"request body over {MAX_REQUEST_BYTES} bytes") from None
+        raw = await read_body(request)
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -170,6 +185,22 @@ class ToolsApi:
         # A tool answer never leaves before its audit line is written.
         self._audit.flush()
 
+    async def call_tool(
+        self, tool: Tool, context: CallContext, payload: Any, request: web.Request | None = None
+    ) -> dict[str, Any]:
+        """One audited tool call for a context already authenticated (MCP over HTTP and stdio)."""
+        started = time.perf_counter()
+        audit: dict[str, Any] = _request_fields(request) if request is not None else {}
+        audit.update(run=context.run_id, step=context.step_id)
+        name, generation = context.principal.name, context.loaded.generation
+        try:
+            result = await self.invoke(tool, context, payload, audit)
+        except GatewayError as exc:
+            self._finish(tool, principal=name, generation=generation, started=started, error=exc, audit=audit)
+            raise
+        self._finish(tool, principal=name, generation=generation, started=started, error=None, audit=audit)
+        return result
+
     async def invoke(self, tool: str, context: CallContext, payload: Any, audit: dict[str, Any]) -> dict[str, Any]:
         """Run one tool call for `context`; shared by the HTTP handlers and the CLI."""
         # The switch first and once: a principal without the tool learns nothing about its arguments.
@@ -221,3 +252,66 @@ class ToolsApi:
 
     async def handle_search(self, request: web.Request) -> web.Response:
         return await self._handle("search", request)
+
+    async def handle_tools(self, request: web.Request) -> web.Response:
+        try:
+            context = self.context_for(request)
+            fmt = request.query.get("format", "openai")
+            if fmt not in TOOL_FORMATS:
+                raise GatewayError(ErrorCode.INVALID_INPUT, "format must be openai, anthropic or mcp")
+        except GatewayError as exc:
+            return error_response(exc)
+        tools = tuple(tool for tool in ("search", "fetch") if getattr(context.principal.tools, tool))
+        return _json_response({"tools": render_tools(fmt, cast(tuple[Tool, ...], tools))})
+
+    async def handle_openapi(self, _: web.Request) -> web.Response:
+        return _json_response(OPENAPI)
+
+
+OPENAPI = openapi_document()
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The whole body, within MAX_REQUEST_BYTES and BODY_TIMEOUT_S (invalid_input otherwise)."""
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise GatewayError(
+            ErrorCode.INVALID_INPUT, f"request body over {MAX_REQUEST_BYTES} bytes", status=413
+        ) from None
+    except TimeoutError:
+        raise GatewayError(ErrorCode.TIMEOUT, f"the request body did not arrive within {BODY_TIMEOUT_S:g} s") from None
+    except ConnectionError:
+        # The client reset mid-body: nobody will read the answer, and it is no server fault to log.
+        raise GatewayError(
+            ErrorCode.INVALID_INPUT, "the client closed the connection before the body arrived"
+        ) from None
+
+
+async def _plain_server_header(_: web.Request, response: web.StreamResponse) -> None:
+    # aiohttp would announce "Python/3.x aiohttp/3.y": a free fingerprint for an attacker.
+    response.headers["Server"] = SERVER_HEADER
+
+
+@web.middleware
+async def json_http_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """aiohttp's own 404/405 (and any other HTTP exception) as the JSON error body."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        if exc.status == 404:
+            message = f"no such path: {request.path[:200]}"
+        elif exc.status == 405:
+            message = f"method {request.method} not allowed on {request.path[:200]}"
+        else:
+            message = exc.reason
+        response = error_response(GatewayError(ErrorCode.INVALID_INPUT, message, status=exc.status))
+        allow = exc.headers.get("Allow")
+        if allow:
+            response.headers["Allow"] = allow
+        return response

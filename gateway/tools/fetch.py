@@ -31,10 +31,18 @@ from gateway.tools.extract.pool import ExtractionPool
 from gateway.tools.extract.render_options import LINK_STYLES, OUTPUT_FORMATS, LinkStyle, OutputFormat, RenderOptions
 from gateway.tools.result_notice import NOTICE, retrieved_at
 from gateway.tools.robots import RobotsCache
+from gateway.tools.schemas import (
+    FETCH_DEFAULT_MAX_CHARS,
+    FETCH_MAX_MAX_CHARS,
+    FETCH_MAX_OFFSET,
+    FETCH_MIN_MAX_CHARS,
+    SHA256_HEX_PATTERN,
+    argument_names,
+)
 from gateway.vet.urls import VettedUrl
 
 ACCEPT = "text/markdown, text/html;q=0.9, */*;q=0.5"
-MIN_MAX_CHARS, MAX_MAX_CHARS, DEFAULT_MAX_CHARS = 100, 32_000, 16_000
+MIN_MAX_CHARS, MAX_MAX_CHARS, DEFAULT_MAX_CHARS = FETCH_MIN_MAX_CHARS, FETCH_MAX_MAX_CHARS, FETCH_DEFAULT_MAX_CHARS
 # Hashes served per (principal, URL), remembered so that a continuation without expectedHash
 # can still say whether the page changed; the oldest are forgotten first.
 MAX_REMEMBERED_HASHES = 4_096
@@ -43,8 +51,9 @@ MAX_RESPONSE_BYTES = 64 * 1024
 RESPONSE_OVERHEAD_BYTES = 12 * 1024
 ERROR_PAGE_CHARS = 2_000
 MAX_TITLE_CHARS = 300
-ALLOWED_FIELDS = frozenset({"url", "maxChars", "offset", "expectedHash", "format", "links"})
-SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
+# The arguments are declared once, in gateway.tools.schemas (the MCP, OpenAPI and /v1/tools source).
+ALLOWED_FIELDS = argument_names("fetch")
+SHA256_HEX = re.compile(SHA256_HEX_PATTERN)
 # Failures that say the host itself cannot be reached or may not be reached: the page would fail
 # the same way, so they are reported as they are instead of as "robots.txt unreachable".
 HOST_FAILURES = frozenset(
@@ -95,7 +104,7 @@ def parse_fetch_args(payload: object) -> FetchArgs:
     if not isinstance(url, str) or not url:
         raise _invalid("url is required and must be a string")
     max_chars = _int_field(payload, "maxChars", DEFAULT_MAX_CHARS, MIN_MAX_CHARS, MAX_MAX_CHARS)
-    offset = _int_field(payload, "offset", 0, 0, 10_000_000)
+    offset = _int_field(payload, "offset", 0, 0, FETCH_MAX_OFFSET)
     expected = payload.get("expectedHash")
     if expected is not None and (not isinstance(expected, str) or not SHA256_HEX.match(expected)):
         raise _invalid("expectedHash must be the 64-hex-digit contentHash of an earlier call")

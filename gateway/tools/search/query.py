@@ -13,19 +13,29 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.tools.schemas import (
+    SEARCH_DEFAULT_RESULTS,
+    SEARCH_MAX_QUERY_CHARS,
+    SEARCH_MAX_RESULTS,
+    SEARCH_MAX_SITE_CHARS,
+    SEARCH_MIN_RESULTS,
+    SEARCH_TIME_RANGES,
+    argument_names,
+)
 from gateway.tools.search.links import NON_PUBLIC_SUFFIXES
 from gateway.vet.urls import vet_host
 
 TimeRange = Literal["d", "w", "m", "y"]
 
-MAX_QUERY_CHARS = 1_000
-MIN_RESULTS = 1
-MAX_RESULTS = 20
-DEFAULT_MAX_RESULTS = 10
-MAX_DOMAIN_CHARS = 253
+# The arguments are declared once, in gateway.tools.schemas (the MCP, OpenAPI and /v1/tools source).
+MAX_QUERY_CHARS = SEARCH_MAX_QUERY_CHARS
+MIN_RESULTS = SEARCH_MIN_RESULTS
+MAX_RESULTS = SEARCH_MAX_RESULTS
+DEFAULT_MAX_RESULTS = SEARCH_DEFAULT_RESULTS
+MAX_DOMAIN_CHARS = SEARCH_MAX_SITE_CHARS
 
-_ALLOWED_FIELDS = ("query", "maxResults", "site", "timeRange", "region")
-_TIME_RANGES: tuple[TimeRange, ...] = ("d", "w", "m", "y")
+_ALLOWED_FIELDS = argument_names("search")
+_TIME_RANGES: tuple[TimeRange, ...] = SEARCH_TIME_RANGES
 _REGION_RE = re.compile(r"[a-z]{2}-[a-z]{2}")
 _LABEL_RE = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 

@@ -1,0 +1,301 @@
+"""MCP over Streamable HTTP, driven by the official `mcp` SDK client against a real gateway.
+
+Each revision the SDK can speak is exercised: 2025-06-18 and 2025-11-25 through the initialize
+handshake, 2026-07-28 through `server/discover` and the per-request envelope. Each lists tools,
+calls both, follows a fetch continuation, and gets tool errors (isError) for a blocked URL, a
+denied tool and an exhausted budget, with the same audit lines as /v1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import mcp_types as types
+import pytest
+from aiohttp import web
+from mcp import Client, ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_types import RequestParamsMeta
+
+from gateway.policy.decide import token_digest
+from tests.harness.certs import TestPKI
+from tests.harness.dns import FakeDNS
+from tests.harness.gateway import GatewayProcess, policy_document
+from tests.harness.origins import HarnessLoop, OriginFactory
+
+AGENT_TOKEN = "mcp-agent-token-0123456789abcdef"
+SEARCHER_TOKEN = "mcp-searcher-token-0123456789abcd"
+TIGHT_TOKEN = "mcp-tight-token-0123456789abcdef0"
+SITE = "docs.example.org"
+SEARCH_HOST = "search.example.net"
+LONG_SENTENCE = "Every window of this page continues exactly where the last one stopped. "
+# The site's https://docs.example.org:PORT, set once the module's origin is up.
+SITE_URL: dict[str, str] = {}
+REVISIONS = ("2025-06-18", "2025-11-25", "2026-07-28")
+OPEN_BUDGET = {"per_step": 1000, "per_run": 1000, "concurrent": 100, "min_interval_s": 0}
+
+
+def site_app() -> web.Application:
+    async def short(_: web.Request) -> web.Response:
+        return web.Response(
+            text="<html><head><title>Short page</title></head><body><article><h1>Short page</h1>"
+            "<p>The gateway read this page through its pinned connection.</p></article></body></html>",
+            content_type="text/html",
+        )
+
+    async def long(_: web.Request) -> web.Response:
+        body = "".join(f"<p>{LONG_SENTENCE * 4} Paragraph {n}.</p>" for n in range(120))
+        return web.Response(
+            text=f"<html><head><title>Long page</title></head><body><article><h1>Long page</h1>{body}</article>"
+            "</body></html>",
+            content_type="text/html",
+        )
+
+    async def find(request: web.Request) -> web.Response:
+        query = request.query.get("q", "")
+        rows = [
+            {"title": f"Result {n} for {query}", "url": f"https://{SITE}/r{n}", "content": f"snippet {n}"}
+            for n in range(1, 4)
+        ]
+        return web.json_response({"results": rows})
+
+    async def robots(_: web.Request) -> web.Response:
+        return web.Response(text="User-agent: *\nAllow: /\n", content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/short", short)
+    app.router.add_get("/long", long)
+    app.router.add_get("/find", find)
+    app.router.add_get("/robots.txt", robots)
+    return app
+
+
+def mcp_policy(origin_cidr: str, origin_port: int) -> dict[str, Any]:
+    def principal(token: str, search: bool, fetch: bool, budgets: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "token_sha256": token_digest(token),
+            "egress": {"allow_domains": [SITE, SEARCH_HOST]},
+            "tools": {"search": search, "fetch": fetch},
+            "budgets": budgets,
+        }
+
+    return policy_document(
+        allow_cidrs=[origin_cidr],
+        ports=[80, 443, origin_port],
+        # No default principal: a call without a token is refused (401).
+        principals={
+            "agent": principal(AGENT_TOKEN, True, True, {"search": OPEN_BUDGET, "fetch": OPEN_BUDGET}),
+            "searcher": principal(SEARCHER_TOKEN, True, False, {"search": OPEN_BUDGET}),
+            "tight": principal(TIGHT_TOKEN, False, True, {"fetch": {**OPEN_BUDGET, "per_step": 1, "per_run": 1}}),
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def mcp_gateway(
+    tmp_path_factory: pytest.TempPathFactory, harness_loop: HarnessLoop, pki: TestPKI, fake_dns: FakeDNS
+) -> Iterator[GatewayProcess]:
+    factory = OriginFactory(harness_loop, pki, fake_dns)
+    origin = factory.start(site_app(), names=[SITE, SEARCH_HOST])
+    env = {
+        "EGRESS_SEARCH_ENGINES": "template",
+        "EGRESS_SEARCH_URL": origin.url("/find?q={query}&n={limit}", name=SEARCH_HOST),
+    }
+    workdir: Path = tmp_path_factory.mktemp("mcp-http")
+    gateway = GatewayProcess(
+        workdir, mcp_policy(origin.cidr, origin.port), nameserver=fake_dns.nameserver, ca_bundle=pki.ca_path, env=env
+    )
+    gateway.start()
+    SITE_URL["base"] = origin.url("/")[:-1]
+    yield gateway
+    gateway.stop()
+    factory.stop_all()
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(gateway: GatewayProcess, revision: str, token: str, run: str) -> AsyncIterator[ClientSession]:
+    """An SDK client session at `revision`, authenticated as `token`, budgets under run `run`."""
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}", "X-Egress-Run": run})
+    url = f"{gateway.api_url}/mcp"
+    async with http:
+        if revision == "2026-07-28":
+            # mode="auto" probes server/discover and adopts the modern envelope only if it is served.
+            async with Client(streamable_http_client(url, http_client=http), mode="auto") as client:
+                assert client.session.protocol_version == "2026-07-28"
+                yield client.session
+            return
+        async with (
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            result = await session.send_request(
+                types.InitializeRequest(
+                    params=types.InitializeRequestParams(
+                        protocol_version=revision,
+                        capabilities=types.ClientCapabilities(),
+                        client_info=types.Implementation(name="conformance-test", version="1"),
+                    )
+                ),
+                types.InitializeResult,
+            )
+            assert result.protocol_version == revision
+            session.adopt(result)
+            await session.send_notification(types.InitializedNotification())
+            yield session
+
+
+def text_of(result: types.CallToolResult) -> str:
+    assert result.content
+    assert isinstance(result.content[0], types.TextContent)
+    return result.content[0].text
+
+
+def page_url(path: str) -> str:
+    return SITE_URL["base"] + path
+
+
+def new_run() -> str:
+    return f"run-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.mark.parametrize("revision", REVISIONS)
+async def test_sdk_client_lists_both_tools_with_schemas_and_annotations(
+    mcp_gateway: GatewayProcess, revision: str
+) -> None:
+    async with mcp_session(mcp_gateway, revision, AGENT_TOKEN, new_run()) as session:
+        listed = await session.list_tools()
+    tools = {tool.name: tool for tool in listed.tools}
+    assert sorted(tools) == ["web_fetch", "web_search"]
+    fetch = tools["web_fetch"]
+    assert fetch.input_schema["required"] == ["url"]
+    assert fetch.input_schema["properties"]["maxChars"]["maximum"] == 32_000
+    assert fetch.output_schema is not None
+    assert "contentHash" in fetch.output_schema["properties"]
+    assert fetch.annotations is not None
+    assert fetch.annotations.read_only_hint is True
+    assert fetch.annotations.open_world_hint is True
+    assert "untrusted" in (fetch.description or "")
+
+
+@pytest.mark.parametrize("revision", REVISIONS)
+async def test_sdk_client_calls_search_and_reads_a_numbered_list(mcp_gateway: GatewayProcess, revision: str) -> None:
+    async with mcp_session(mcp_gateway, revision, AGENT_TOKEN, new_run()) as session:
+        result = await session.call_tool("web_search", {"query": f"pinned sockets {revision}", "maxResults": 3})
+    assert result.is_error is False, text_of(result)
+    text = text_of(result)
+    assert f"1. Result 1 for pinned sockets {revision}" in text
+    assert f"https://{SITE}/r3" in text
+    assert result.structured_content is not None
+    assert result.structured_content["provider"] == "template"
+    assert len(result.structured_content["results"]) == 3
+
+
+@pytest.mark.parametrize("revision", REVISIONS)
+async def test_sdk_client_follows_a_fetch_continuation_to_the_end(mcp_gateway: GatewayProcess, revision: str) -> None:
+    async with mcp_session(mcp_gateway, revision, AGENT_TOKEN, new_run()) as session:
+        first = await session.call_tool("web_fetch", {"url": page_url("/long"), "maxChars": 10_000})
+        assert first.is_error is False, text_of(first)
+        assert first.structured_content is not None
+        pieces = [first.structured_content["content"]]
+        assert "call web_fetch again" in text_of(first)
+        page = first.structured_content
+        while page["nextOffset"] is not None:
+            following = await session.call_tool(
+                "web_fetch",
+                {
+                    "url": page_url("/long"),
+                    "maxChars": 10_000,
+                    "offset": page["nextOffset"],
+                    "expectedHash": page["contentHash"],
+                },
+            )
+            assert following.is_error is False, text_of(following)
+            assert following.structured_content is not None
+            page = following.structured_content
+            pieces.append(page["content"])
+    assert len(pieces) >= 2
+    assert len("".join(pieces)) == first.structured_content["totalChars"]
+    assert "end of the page" in text_of(following)
+
+
+@pytest.mark.parametrize("revision", REVISIONS)
+async def test_a_blocked_url_is_a_tool_error_naming_the_code_and_what_to_do(
+    mcp_gateway: GatewayProcess, revision: str
+) -> None:
+    async with mcp_session(mcp_gateway, revision, AGENT_TOKEN, new_run()) as session:
+        result = await session.call_tool("web_fetch", {"url": "http://169.254.169.254/latest/meta-data/"})
+    assert result.is_error is True
+    text = text_of(result)
+    assert text.startswith("Refused: unsafe_url:") or text.startswith("Refused: blocked_destination:")
+    assert "What to do next:" in text
+    assert result.structured_content is not None
+    assert result.structured_content["error"]["code"] in ("unsafe_url", "blocked_destination")
+
+
+@pytest.mark.parametrize("revision", REVISIONS)
+async def test_a_principal_sees_only_its_tools_and_a_denied_tool_is_a_tool_error(
+    mcp_gateway: GatewayProcess, revision: str
+) -> None:
+    async with mcp_session(mcp_gateway, revision, SEARCHER_TOKEN, new_run()) as session:
+        listed = await session.list_tools()
+        denied = await session.call_tool("web_fetch", {"url": page_url("/short")})
+    assert [tool.name for tool in listed.tools] == ["web_search"]
+    assert denied.is_error is True
+    assert text_of(denied).startswith("Refused: policy_denied: principal 'searcher' may not use web_fetch")
+    lines = mcp_gateway.audit_lines()
+    assert any(line.get("principal") == "searcher" and line.get("code") == "policy_denied" for line in lines)
+
+
+@pytest.mark.parametrize("revision", REVISIONS)
+async def test_an_exhausted_budget_is_a_tool_error_and_the_run_id_comes_from_the_header(
+    mcp_gateway: GatewayProcess, revision: str
+) -> None:
+    async with mcp_session(mcp_gateway, revision, TIGHT_TOKEN, new_run()) as session:
+        first = await session.call_tool("web_fetch", {"url": page_url("/short")})
+        second = await session.call_tool("web_fetch", {"url": page_url("/short")})
+    assert first.is_error is False, text_of(first)
+    assert "pinned connection" in text_of(first)
+    assert second.is_error is True
+    assert text_of(second).startswith("Refused: quota_exhausted:")
+    assert "budget" in text_of(second)
+
+
+async def test_run_id_in_meta_opens_a_fresh_run_budget(mcp_gateway: GatewayProcess) -> None:
+    run = new_run()
+    async with mcp_session(mcp_gateway, "2025-11-25", TIGHT_TOKEN, run) as session:
+        spent = await session.call_tool("web_fetch", {"url": page_url("/short")})
+        refused = await session.call_tool("web_fetch", {"url": page_url("/short")})
+        other_run = await session.call_tool(
+            "web_fetch", {"url": page_url("/short")}, meta=cast(RequestParamsMeta, {"egress-gateway/run": f"{run}-b"})
+        )
+    assert spent.is_error is False
+    assert refused.is_error is True
+    assert other_run.is_error is False, text_of(other_run)
+
+
+async def test_stateless_server_issues_no_session_id(mcp_gateway: GatewayProcess) -> None:
+    response = httpx.post(
+        f"{mcp_gateway.api_url}/mcp",
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+        headers={"Authorization": f"Bearer {AGENT_TOKEN}", "Accept": "application/json, text/event-stream"},
+        timeout=10,
+    )
+    assert response.status_code == 200
+    assert "mcp-session-id" not in response.headers
+    assert response.headers["Server"] == "egress-gateway"
+    assert response.json()["result"]["serverInfo"]["name"] == "egress-gateway"
