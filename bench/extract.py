@@ -15,8 +15,9 @@ What is scored for ours is what `/v1/fetch` pages through: the conversion the ex
 runs on a decoded HTML body (`html_to_markdown` with the policy's default source cap), with the
 `# title` line set aside, as the truths leave the title out. Every extractor gets the same decoded
 text (the fetch tool's own decoding of the bytes). Markdown syntax, list numbers and link URLs
-are stripped from every output before scoring. Time is the fastest of `--repeat` runs per page,
-so that other load on the machine is not counted.
+are stripped from every output before scoring. Time is the CPU time of the bench process
+(`time.process_time`; every extractor here is single-threaded) of the fastest of `--repeat` runs
+per page: on a shared machine wall time also counts the waits for a core that other jobs hold.
 
     .venv/bin/python bench/extract.py --pages ../shared/fixtures/pages \
         --snippets ../shared/fixtures/snippet-pages
@@ -234,15 +235,15 @@ def score_page(page: Page, output: str, ms: float) -> PageResult:
 
 
 def run(extract: Extractor, pages: list[Page], repeat: int) -> list[PageResult]:
-    """Score each page; its time is the fastest of `repeat` runs (other load is noise)."""
+    """Score each page; its time is the CPU time of the fastest of `repeat` runs."""
     results = []
     for page in pages:
         timings = []
         output = ""
         for _ in range(repeat):
-            started = time.perf_counter()
+            started = time.process_time()
             output = extract(page.body, page.content_type, page.text)
-            timings.append((time.perf_counter() - started) * 1000)
+            timings.append((time.process_time() - started) * 1000)
         results.append(score_page(page, output, min(timings)))
     return results
 

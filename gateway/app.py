@@ -124,6 +124,8 @@ class Gateway:
             metrics.set_build_info(self.policy_sha256)
             if self.proxy is not None:
                 self.proxy.policy_reloaded()  # live permission: close what the new policy denies
+            if self.transparent is not None:
+                self.transparent.revalidate(self.policy.current)
 
     def readiness(self) -> tuple[bool, dict[str, bool]]:
         """Proxy readiness: the store is not part of it (a Redis outage fails tool calls closed but

@@ -98,6 +98,8 @@ class ProxyServer:
         core = self.core
         loaded = core.loaded
         for tunnel in list(self.tunnels.tunnels):
+            if tunnel.kind != "connect":
+                continue  # the transparent listener re-decides its own (raw rules, port principals)
             if revocation(core, loaded, tunnel.principal, tunnel.target, tunnel.address) is not None:
                 tunnel.close(REVOKED_REASON)
         for conn in list(self.connections):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import os
 import socket
 import time
@@ -25,6 +26,8 @@ from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
+from gateway.observe.loop_metrics import CounterChild
+from gateway.policy.decide import decide_destination, internal_exceptions
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.sni import MAX_PEEK_BYTES
@@ -36,11 +39,12 @@ from gateway.transparent.destination import pin_destination, raw_rules_for_port
 from gateway.transparent.identify import FlightKind, classify_first_flight, describe_seen
 from gateway.transparent.original_dst import original_destination
 from gateway.transparent.ports import assign_ports
-from gateway.vet.addresses import IPAddress
+from gateway.vet.addresses import AddressGuard, IPAddress
 from gateway.vet.urls import VettedHost, vet_host
 
 KIND = "transparent"
 LISTEN_BACKLOG = 4096
+MAX_CACHED_HOSTS = 4096
 
 _CONNECT_LATENCY = metrics.CONNECT_SECONDS.labels(KIND)
 
@@ -64,7 +68,12 @@ class TransparentListener:
         self.http = http
         self.loop: asyncio.AbstractEventLoop | None = None
         self.connections: set[TransparentConnection] = set()
+        # Open transparent tunnels with their port's uid and whether they are raw TCP exceptions,
+        # for `revalidate` (closed ones are pruned as they are met).
+        self.open: dict[Tunnel, tuple[int | None, bool]] = {}
         self._servers: list[asyncio.AbstractServer] = []
+        self._hosts: dict[str, VettedHost] = {}
+        self._counters: dict[tuple[str, str], CounterChild] = {}
 
     async def start(self, addresses: tuple[ListenAddress, ...], uids: list[int]) -> None:
         loop = self.loop = asyncio.get_running_loop()
@@ -87,6 +96,43 @@ class TransparentListener:
         if self.http is not None:
             self.http.close()
 
+    def count(self, decision: str, code: str) -> None:
+        """`decisions_total{kind="transparent"}`, with the label children kept (a lookup per
+        connection showed in the setup rate)."""
+        key = (decision, code)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = metrics.DECISIONS.labels(KIND, decision, code)
+        counter.inc()
+
+    def vetted_host(self, name: str) -> VettedHost:
+        """`vet_host` behind a bounded cache: IDNA canonicalisation per connection costs more than
+        the rest of a cached decision, and agents reach the same few names again and again."""
+        host = self._hosts.get(name)
+        if host is None:
+            host = vet_host(name)
+            if len(self._hosts) >= MAX_CACHED_HOSTS:
+                self._hosts.clear()
+            self._hosts[name] = host
+        return host
+
+    def revalidate(self, loaded: LoadedPolicy) -> None:
+        """After a reload: close every open tunnel the new policy would not allow now."""
+        guard = self.core.guard_for(loaded)
+        for tunnel, (uid, raw) in list(self.open.items()):
+            if tunnel.closed:
+                del self.open[tunnel]
+                continue
+            refusal = still_allowed(loaded, guard, tunnel, uid, raw=raw)
+            if refusal is None:
+                continue
+            del self.open[tunnel]
+            address = ipaddress.ip_address(tunnel.address)
+            self.record_deny(
+                tunnel.principal.name, tunnel.connect_host, (address, tunnel.port), refusal, loaded.generation
+            )
+            tunnel.close("policy_changed")
+
     def record_deny(
         self,
         principal: str | None,
@@ -96,7 +142,7 @@ class TransparentListener:
         generation: int,
         **extra: str,
     ) -> None:
-        metrics.DECISIONS.labels(KIND, "deny", str(error.code)).inc()
+        self.count("deny", str(error.code))
         self.audit.decision(
             kind=KIND,
             principal=principal,
@@ -113,7 +159,7 @@ class TransparentListener:
     def record_allow(self, principal: Principal, target: PinnedTarget, original: tuple[IPAddress, int]) -> None:
         would = target.would_deny
         decision = "allow" if would is None else "would_deny"
-        metrics.DECISIONS.labels(KIND, decision, "none" if would is None else str(would.code)).inc()
+        self.count(decision, "none" if would is None else str(would.code))
         self.audit.decision(
             kind=KIND,
             principal=principal.name,
@@ -126,6 +172,33 @@ class TransparentListener:
             generation=target.generation,
             original_dst=_format(original),
         )
+
+
+def still_allowed(
+    loaded: LoadedPolicy, guard: AddressGuard, tunnel: Tunnel, uid: int | None, *, raw: bool
+) -> GatewayError | None:
+    """Why the current policy refuses an open tunnel, or None while it still allows it (report
+    mode never closes one)."""
+    try:
+        principal = principal_for_port(loaded, uid)
+    except GatewayError as error:
+        return error
+    if loaded.policy.mode_for(principal) == "report":
+        return None
+    address = ipaddress.ip_address(tunnel.address)
+    if raw:
+        rules = raw_rules_for_port(loaded.policy.transparent, tunnel.port)
+        if not any(rule.host == tunnel.connect_host and rule.ip in (None, address) for rule in rules):
+            return GatewayError(ErrorCode.POLICY_DENIED, f"{tunnel.connect_host}:{tunnel.port} is no longer in raw_tcp")
+    else:
+        host = tunnel.target.host
+        decision = decide_destination(loaded.policy, principal, host, tunnel.port)
+        if not decision.allowed:
+            return decision.to_error()
+    verdict = guard.vet(address, extra_allow=internal_exceptions(principal, tunnel.connect_host))
+    if not verdict.allowed:
+        return GatewayError(ErrorCode.BLOCKED_DESTINATION, f"{tunnel.connect_host} is now denied: {verdict.reason}")
+    return None
 
 
 def _format(original: tuple[IPAddress, int]) -> str:
@@ -158,6 +231,7 @@ class TransparentConnection(asyncio.Protocol):
         self.held = bytearray()
         self.tunnel: Tunnel | None = None
         self.deciding = False
+        self.raw = False
         self.closed = False
         self.eof = False
         self.deadline = LazyDeadline(self._timeout, listener.loop)
@@ -269,9 +343,13 @@ class TransparentConnection(asyncio.Protocol):
                     )
                 host = self._literal_host()
             else:
-                host = vet_host(server_name)
+                host = self.listener.vetted_host(server_name)
             host_name = host.name
-            target = await self.listener.core.pin(self.principal, host, self.original[1], loaded=loaded)
+            core = self.listener.core
+            # Without awaiting when the DNS cache answers (the same checks as `pin`).
+            target = core.pin_cached(self.principal, host, self.original[1], loaded) or await core.pin(
+                self.principal, host, self.original[1], loaded=loaded
+            )
             target = pin_destination(loaded.policy.transparent, target, self.original[0])
         except GatewayError as error:
             self._deny(error, host=host_name)
@@ -311,6 +389,7 @@ class TransparentConnection(asyncio.Protocol):
             if self.held or self.eof:
                 self._identify(final=self.eof)
             return
+        self.raw = True
         await self._open(matched)
 
     # opening ------------------------------------------------------------------------------------
@@ -334,7 +413,7 @@ class TransparentConnection(asyncio.Protocol):
         except GatewayError as error:
             listener.tunnels.release(principal.name)
             listener.record_allow(principal, target, self.original)
-            metrics.DECISIONS.labels(KIND, "error", str(error.code)).inc()
+            listener.count("error", str(error.code))
             listener.audit.connection_closed(
                 kind=KIND,
                 principal=principal.name,
@@ -377,6 +456,7 @@ class TransparentConnection(asyncio.Protocol):
             sni="off",  # the name *is* the SNI (or the raw rule): nothing left to compare
         )
         listener.tunnels.tunnels.add(tunnel)
+        listener.open[tunnel] = (self.uid, self.raw)
         held, self.held = bytes(self.held), bytearray()
         tunnel.start(held)
         if tunnel.closed:

@@ -242,6 +242,18 @@ class Topology:
         env = {"PATH": os.environ.get("PATH", ""), "HOME": "/tmp"}
         return _run([*self.as_uid(uid), *argv], check=False, env=env)
 
+    def agent_process(self, *argv: str, uid: int = AGENT_UID) -> subprocess.Popen[str]:
+        """A long-running agent command with pipes, for a test that talks to it step by step."""
+        env = {"PATH": os.environ.get("PATH", ""), "HOME": "/tmp"}
+        return subprocess.Popen(
+            [*self.as_uid(uid), *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
     def curl(self, *args: str, uid: int = AGENT_UID) -> subprocess.CompletedProcess[str]:
         return self.agent(
             "curl", "-sS", "--max-time", "10", "--cacert", str(self.gateway_dir / "test-ca.pem"), *args, uid=uid

@@ -31,6 +31,20 @@ KEEP_ALIVE_CLIENT = (
     "    body=f.read(length).decode()\n"
     "    print(status, code, body.strip())\n"
 )
+# One TLS connection held open across a policy reload: a request, a pause (stdin), another request.
+HELD_TLS_CLIENT = (
+    "import socket,ssl,sys\n"
+    "ctx=ssl.create_default_context(cafile=sys.argv[1])\n"
+    "s=ctx.wrap_socket(socket.create_connection((sys.argv[2], 443), timeout=10), server_hostname=sys.argv[3])\n"
+    "req=b'GET / HTTP/1.1\\r\\nHost: ' + sys.argv[3].encode() + b'\\r\\n\\r\\n'\n"
+    "s.sendall(req); print(s.recv(4096).split(b'\\r\\n')[0].decode(), flush=True)\n"
+    "sys.stdin.readline()\n"
+    "try:\n"
+    "    s.sendall(req); data=s.recv(4096)\n"
+    "    print('second', data.split(b'\\r\\n')[0].decode() if data else 'closed', flush=True)\n"
+    "except (OSError, ssl.SSLError) as exc:\n"
+    "    print('second closed', type(exc).__name__, flush=True)\n"
+)
 UDP_CLIENT = (
     "import socket,sys\n"
     "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
@@ -177,6 +191,33 @@ def test_udp_other_than_dns_cannot_leave_the_pod(pod: Topology) -> None:
     assert "from-gateway" in log  # the sink works, so the agent's datagram was really dropped
     assert "from-agent" not in log
     assert agent.returncode == 0
+
+
+def test_a_reload_that_denies_an_open_tunnel_closes_it(pod: Topology) -> None:
+    assert pod.gateway is not None
+    ca = str(pod.gateway_dir / "test-ca.pem")
+    agent = pod.agent_process(sys.executable, "-c", HELD_TLS_CLIENT, ca, ORIGIN_V4, "docs.example.org")
+    try:
+        assert agent.stdout is not None
+        assert agent.stdin is not None
+        assert agent.stdout.readline().startswith("HTTP/1.1 200")
+        narrowed = transparent_policy()
+        narrowed["principals"]["research"]["egress"]["allow_domains"] = ["private.example.org"]
+        pod.write_policy(narrowed)
+        pod.gateway.send_signal(signal.SIGHUP)
+        lines = pod.wait_audit(lambda line: line.get("close_reason") == "policy_changed", timeout_s=10)
+        closed = [line for line in lines if line.get("close_reason") == "policy_changed"]
+        assert closed, "the reload did not close the tunnel"
+        assert closed[-1]["kind"] == "transparent"
+        assert closed[-1]["host"] == "docs.example.org"
+        agent.stdin.write("\n")
+        agent.stdin.flush()
+        assert agent.stdout.readline().startswith("second closed")
+    finally:
+        agent.kill()
+        agent.communicate(timeout=10)
+        pod.write_policy(transparent_policy())
+        pod.gateway.send_signal(signal.SIGHUP)
 
 
 def test_strict_destination_refuses_an_address_that_is_not_the_names(pod: Topology) -> None:

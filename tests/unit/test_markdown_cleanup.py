@@ -230,3 +230,16 @@ def test_ruby_readings_do_not_split_japanese_words() -> None:
     markdown = render(article(f"<p>{sentence * 3}</p>"))
     assert "子どもへの虐待をなくすための法律ができました。" in markdown
     assert "ぎゃくたい" not in markdown
+
+
+def test_the_lead_before_the_body_container_is_kept_in_order() -> None:
+    lead = "The standfirst sums the story up in one sentence, as the lead of a news article does."
+    body = "".join(f"<p>{FILLER}</p>" for _ in range(4))
+    html = (
+        "<html><body><article><header><h1>Budget</h1><p class='lead'>"
+        f"{lead}</p><p><a href='/tag'>Politics</a></p></header><div class='body'>{body}</div></article></body></html>"
+    )
+    markdown = render(html)
+    assert lead in markdown
+    assert markdown.index(lead) < markdown.index("council met")
+    assert "Politics" not in markdown

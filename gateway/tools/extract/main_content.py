@@ -31,6 +31,7 @@ from gateway.tools.extract.main_content_words import (
     SMALL_WIDGET,
     SMALL_WIDGET_CHARS,
     UNLIKELY,
+    WIDE_CHAR_EXTRA,
     ClassWeights,
     Strictness,
     comma_count,
@@ -49,6 +50,8 @@ TAG_BASE_SCORE = {
     "h1": -5, "h2": -5, "h3": -5, "h4": -5, "h5": -5, "h6": -5, "th": -5,
 }  # fmt: skip
 MIN_PARAGRAPH_CHARS = 25
+# A block with more commas than this is a list of names or tags, not more of an article.
+MAX_VOTED_COMMAS = 20
 MAX_VOTE_LEVELS = 5
 TOP_CANDIDATES = 5
 # A small form is a search box or a comment form; a big one is an ASP.NET page wrapper.
@@ -58,6 +61,16 @@ EDIT_LINK = re.compile(r"[?&](?:ve)?action=(?:edit|submit)\b", re.I)
 EDIT_LINK_MAX_CHARS = 30
 EDIT_LINK_REMNANTS = " []|\n\t"
 MOST_OF_PAGE = 0.6
+# Where an article's lead is looked for: levels above the chosen content, siblings before it.
+LEAD_LEVELS = 3
+LEAD_SIBLINGS = 3
+LEAD_MAX_BLOCKS = 2
+LEAD_TAGS = frozenset({"p", "h2"})
+LEAD_SELECTOR = "p, h2"
+LEAD_MIN_CHARS = 60
+LEAD_MAX_CHARS = 1_000
+LEAD_MAX_LINK_DENSITY = 0.2
+NOSCRIPT_PAGE_CHARS = 2_000
 # Below this much text the strict pass probably threw the article away: retry looser.
 MIN_ARTICLE_CHARS = 500
 
@@ -68,6 +81,11 @@ def remove_hidden_and_junk(tree: LexborHTMLParser) -> None:
     Every removal loop runs innermost first: `decompose` frees the subtree, so a nested match
     must go before its ancestor does.
     """
+    # A page written for browsers without scripts puts its whole text in one <noscript>: that
+    # one is the page, not a fallback notice ("please enable JavaScript").
+    for noscript in tree.css("noscript"):
+        if text_length(noscript) >= NOSCRIPT_PAGE_CHARS:
+            noscript.unwrap()
     # Junk and chrome tags go whatever their contents, so one selector walk finds both.
     for node in reversed(tree.css(JUNK_AND_CHROME_SELECTOR)):
         node.decompose()
@@ -229,7 +247,12 @@ def score_candidates(body: LexborNode, strictness: Strictness) -> CandidateScore
     inline_only, with_blocks = _split_divs(body)
     # Paragraph-like elements: Readability's list plus divs that hold only inline content.
     for element in [*body.css(SCORED_SELECTOR), *inline_only]:
-        _vote(scores, " ".join(element.text(deep=True).split()), element.parent)
+        raw = element.text(deep=True)
+        # A wide-script character reads as three: shorter raw text cannot reach the minimum
+        # (most cells of a big data table), so it is not collapsed and measured at all.
+        if len(raw) * (1 + WIDE_CHAR_EXTRA) < MIN_PARAGRAPH_CHARS:
+            continue
+        _vote(scores, " ".join(raw.split()), element.parent)
     # Text written straight into a div beside its blocks (paragraphs split by <br><br> under
     # an image box) is paragraphs too: Readability wraps such runs in <p>; they vote as
     # paragraphs whose parent is the div.
@@ -246,7 +269,7 @@ def _vote(scores: CandidateScores, text: str, parent: LexborNode | None) -> None
     length = reading_length(text)
     if length < MIN_PARAGRAPH_CHARS:
         return
-    vote = 1 + comma_count(text) + min(length // 100, 3)
+    vote = 1 + min(comma_count(text), MAX_VOTED_COMMAS) + min(length // 100, 3)
     ancestor = parent
     for level in range(MAX_VOTE_LEVELS):
         if ancestor is None or ancestor.tag in (None, "html", "-document"):
@@ -348,13 +371,53 @@ def gather_article(top: LexborNode, top_score: float, scores: CandidateScores) -
             continue
         if not sibling.is_element_node:
             continue
-        bonus = top_score * 0.2 if top_class and sibling.attributes.get("class") == top_class else 0
+        same_kind = bool(top_class) and sibling.tag == top.tag and sibling.attributes.get("class") == top_class
+        bonus = top_score * 0.2 if same_kind else 0
         score = scores.get(sibling)
         if (score is not None and score + bonus >= threshold) or (
-            sibling.tag == "p" and _reads_like_paragraph(sibling, scores.stats)
+            (sibling.tag == "p" or (same_kind and score is None)) and _reads_like_paragraph(sibling, scores.stats)
         ):
+            # A sibling of the top's own kind that got no votes (the next posts of a thread,
+            # their paragraphs too deep to vote this high) is taken when it reads as prose.
             article.append(sibling)
     return article
+
+
+def lead_blocks(top: LexborNode, article: list[LexborNode], stats: TextStats) -> list[LexborNode]:
+    """The lead of the article when it sits before the body's container, in document order.
+
+    Sites put the standfirst (a `p.lead`, an intro `div`, a deck under the headline) in the
+    article's header, a sibling of the container that holds the paragraphs, so it gets few
+    votes and was left out. The nearest prose blocks before the chosen content, a few levels
+    up, are taken: prose-long, few links, a sentence.
+    """
+    taken = {node.mem_id for node in article}
+    node = top
+    for _ in range(LEAD_LEVELS):
+        parent = node.parent
+        if parent is None or parent.tag in ("body", "html"):
+            return []
+        leads: list[LexborNode] = []
+        sibling = node.prev
+        looked = 0
+        while sibling is not None and looked < LEAD_SIBLINGS:
+            if sibling.is_element_node and sibling.mem_id not in taken:
+                looked += 1
+                blocks = [sibling] if sibling.tag in LEAD_TAGS else sibling.css(LEAD_SELECTOR)[:LEAD_SIBLINGS]
+                leads.extend(block for block in reversed(blocks) if _reads_like_lead(block, stats))
+            sibling = sibling.prev
+        if leads:
+            return list(reversed(leads))[-LEAD_MAX_BLOCKS:]
+        node = parent
+    return []
+
+
+def _reads_like_lead(node: LexborNode, stats: TextStats) -> bool:
+    text = " ".join(node.text(deep=True).split())
+    length = reading_length(text)
+    if not LEAD_MIN_CHARS <= length <= LEAD_MAX_CHARS:
+        return False
+    return stats.link_density(node) < LEAD_MAX_LINK_DENSITY and bool(SENTENCE_END.search(text))
 
 
 def _reads_like_paragraph(node: LexborNode, stats: TextStats) -> bool:
@@ -383,6 +446,7 @@ def find_main_content(html: str) -> tuple[LexborHTMLParser, list[LexborNode]]:
         scores = score_candidates(body, strictness)
         top, top_score = pick_top_candidate(body, scores)
         article = gather_article(top, top_score, scores)
+        article = [*lead_blocks(top, article, scores.stats), *article]
         clean_article(article, strictness)
         if surely_holds(article, MIN_ARTICLE_CHARS):
             return tree, article

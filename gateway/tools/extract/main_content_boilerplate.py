@@ -36,7 +36,9 @@ WIDGET = (
     r"comments?|kommentare?( schreiben| insgesamt| geschlossen)?|kommentieren|commentaires?|comentarios?|"
     r"print|drucken|rezept drucken|imprimer|imprimir|stampa|drukuj|permalink|permalien|"
     r"advertisement|anzeige|werbung|publicité|publicidad|pubblicità|reklama|sponsored|"
-    r"aufrufe|views|likes?|gefällt mir|back to top|nach oben|zurück|top"
+    r"aufrufe|views|likes?|gefällt mir|back to top|nach oben|zurück|top|"
+    r"facebook|twitter|twittern|whatsapp|e-?mail|mailen|linkedin|xing|pinterest|telegram|reddit|"
+    r"copy link|link kopieren|copier le lien"
 )
 # Calls to subscribe, sign up or log in: in a short block they are the site talking, not the story.
 # Substrings of the lowercased text (`in` is many times faster than an unanchored regex).
@@ -69,11 +71,17 @@ DATE_LINE = (
     r"publié|mis à jour|publicado|actualizado|pubblicato|aggiornato|opublikowano|aktualizacja|"
     r"gepubliceerd|bijgewerkt|dieser text wurde"
 )
-# Photo credits: "Foto: ...", "Bild: ...", "(c) Getty Images".
+# Photo credits: "Foto: ...", "Bild: ...", "(c) Getty Images"; or a caption ending in a picture
+# agency and perhaps the photographer ("... REUTERS/Denis Balibouse").
 CREDIT = r"(fotos?|photos?|bild(er)?|image|imágenes?|immagine|zdjęcie|quelle|source|credits?|titelbild|©|\(c\))\b"
+AGENCY = (
+    r"getty ?images|shutterstock|istock(photo)?|imago( images)?|picture[ -]alliance|unsplash|pixabay|reuters|afp|"
+    r"dpa|ap photo|epa(-efe)?|efe|anp|ansa|pap"
+)
 # Matched against lowercased text: a case-insensitive regex is several times slower.
 TEASER_BLOCK = re.compile(rf"^(?:{TEASER})\b")
-WIDGET_BLOCK = re.compile(rf"^(?:{WIDGET})\W*\d*\W*$")
+WIDGET_BLOCK = re.compile(rf"^(?:(?:{WIDGET})\W*\d*\W*)+$")
+AGENCY_CREDIT = re.compile(rf"\b(?:{AGENCY})\b[\w ./|-]{{0,40}}\W*$")
 DATE_BLOCK = re.compile(rf"^(?:{DATE_LINE})\b")
 CREDIT_BLOCK = re.compile(rf"^\W*(?:{CREDIT})")
 SHORT_BLOCK_CHARS = 120
@@ -125,7 +133,7 @@ def _boilerplate(text: str, tag: str) -> str | None:
         return "teaser"
     if WIDGET_BLOCK.match(text) or DATE_BLOCK.match(text):
         return "widget"
-    if len(text) <= CREDIT_CHARS and CREDIT_BLOCK.match(text):
+    if len(text) <= CREDIT_CHARS and (CREDIT_BLOCK.match(text) or AGENCY_CREDIT.search(text)):
         return "credit"
     return None
 

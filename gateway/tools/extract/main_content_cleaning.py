@@ -32,7 +32,7 @@ SHARE_BAR_MAX_CHARS = 500
 MIN_BOX_CHARS = 25
 # A box with this many commas is prose, whatever its links.
 PROSE_COMMAS = 10
-PROSE_PARAGRAPHS = 3
+NEGATIVE_PROSE_CHARS = 200
 
 # Slots of a tally (a plain list: this pass runs once per element, so attribute access counts).
 # RUNS counts text runs: the page's text puts a space between runs, link text (measured as
@@ -159,8 +159,8 @@ def _is_fishy(
     if weight < 0:
         # A chrome-sounding class (`scrollblock`) on a box of several prose paragraphs names
         # its behaviour, not its content.
-        prose = sums[COMMAS] >= PROSE_COMMAS and sums[PARAGRAPHS] >= PROSE_PARAGRAPHS
-        return not (prose and sums[LINK_CHARS] * 4 < sums[CHARS])
+        prose = sums[PARAGRAPHS] >= 2 and sums[CHARS] >= NEGATIVE_PROSE_CHARS
+        return not (prose and sums[LINK_CHARS] * 10 < sums[CHARS])
     if sums[COMMAS] >= PROSE_COMMAS:
         return False
     if sums[BACKLINKS] and sums[BACKLINKS] * 2 >= sums[ITEMS] > 0:

@@ -318,16 +318,23 @@ class _Renderer:
         self.writer.block("\n".join(lines))
 
     def _cell_text(self, cell: LexborNode) -> str:
+        child = cell.child
+        while child is not None and child.tag == "-text":
+            child = child.next
+        # Only text inside (most cells of big tables): no renderer of its own is needed.
+        text = " ".join(cell.text(deep=True).split()) if child is None else self._rendered_cell_text(cell)
+        if self.plain:
+            return text
+        return text.replace("\\", "\\\\").replace("|", "\\|")
+
+    def _rendered_cell_text(self, cell: LexborNode) -> str:
         cell_writer = MarkdownWriter(self.writer.max_chars)
         try:
             _Renderer(cell_writer, self.links, options=self.options, references=self.references).render(cell)
             cell_writer.flush_paragraph()
         except OutputFull:
             pass
-        text = " ".join(cell_writer.markdown().split())
-        if self.plain:
-            return text
-        return text.replace("\\", "\\\\").replace("|", "\\|")
+        return " ".join(cell_writer.markdown().split())
 
     def _open_list(self, node: LexborNode, *, ordered: bool) -> ExitAction:
         writer = self.writer
