@@ -28,6 +28,7 @@ from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.listener_guard import ListenerLimits, listener_limits, raise_open_files_limit, serve_guarded
+from gateway.memory import limit_heap_retention
 from gateway.observe import metrics
 from gateway.observe.admin import build_admin_app
 from gateway.observe.audit import AuditLog
@@ -170,7 +171,7 @@ class Gateway:
         )
         self.core.admission = self.audit.refusal
         self.client = GuardedClient(self.core, self.ssl_context, self.settings.user_agent)
-        self.extraction = ExtractionPool()
+        self.extraction = ExtractionPool(self.settings.extract_workers, idle_exit_s=self.settings.extract_idle_exit_s)
         self._core_built = True
 
     async def start(self) -> None:
@@ -302,7 +303,7 @@ class Gateway:
         with contextlib.suppress(Exception):
             await self.store.close()
         await self.resolver.close()
-        self.extraction.close()
+        await self.extraction.close()
         self.audit.close()
 
 
@@ -313,6 +314,7 @@ def _interception_summary(settings: Settings) -> str:
 
 
 def run_daemon(settings: Settings) -> None:
+    limit_heap_retention()
     try:
         import uvloop  # noqa: PLC0415 - optional accelerator
     except ImportError:

@@ -95,6 +95,8 @@ class Settings:
     audit_max_bytes: int = 0
     audit_keep_files: int = 5
     audit_aggregate_s: float = 10.0
+    extract_workers: int = 1
+    extract_idle_exit_s: float = 60.0
     audit_http_paths: bool = True
 
     def __repr__(self) -> str:
@@ -363,5 +365,7 @@ def _build(env: Mapping[str, str], flags: Mapping[str, str | None]) -> Settings:
         audit_max_bytes=int(_number(env.get("EGRESS_AUDIT_MAX_BYTES"), "EGRESS_AUDIT_MAX_BYTES", 0, integer=True)),
         audit_keep_files=int(_number(env.get("EGRESS_AUDIT_KEEP_FILES"), "EGRESS_AUDIT_KEEP_FILES", 5, integer=True)),
         audit_aggregate_s=_number(env.get("EGRESS_AUDIT_AGGREGATE_S"), "EGRESS_AUDIT_AGGREGATE_S", 10.0),
+        extract_workers=int(_number(env.get("EGRESS_EXTRACT_WORKERS"), "EGRESS_EXTRACT_WORKERS", 1, integer=True)),
+        extract_idle_exit_s=_number(env.get("EGRESS_EXTRACT_IDLE_EXIT_S"), "EGRESS_EXTRACT_IDLE_EXIT_S", 60.0),
         audit_http_paths=_switch(env.get("EGRESS_AUDIT_HTTP_PATHS"), "EGRESS_AUDIT_HTTP_PATHS", default=True),
     )

@@ -7,10 +7,14 @@ set. `open_store` picks one; nothing else in the gateway names an implementation
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from gateway.budget.memory import MemoryBudgetStore
 from gateway.budget.model import BudgetCounts, Reservation, ToolLimits
-from gateway.budget.redis import RedisBudgetStore
 from gateway.budget.store import BudgetStore
+
+if TYPE_CHECKING:
+    from gateway.budget.redis import RedisBudgetStore
 
 __all__ = [
     "BudgetCounts",
@@ -23,6 +27,15 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    # redis-py costs ~7 MB PSS in every pod: it is imported only when Redis is configured.
+    if name == "RedisBudgetStore":
+        from gateway.budget.redis import RedisBudgetStore  # noqa: PLC0415
+
+        return RedisBudgetStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def open_store(redis_url: str | None, *, namespace: str = "egress") -> BudgetStore:
     """The store for these settings: Redis when a URL is given, else this process's memory.
 
@@ -30,5 +43,7 @@ def open_store(redis_url: str | None, *, namespace: str = "egress") -> BudgetSto
     and reports it through `ping()` (`/readyz`) and `store_unavailable` on budgeted calls.
     """
     if redis_url:
+        from gateway.budget.redis import RedisBudgetStore  # noqa: PLC0415
+
         return RedisBudgetStore(redis_url, namespace=namespace)
     return MemoryBudgetStore()

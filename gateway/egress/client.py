@@ -168,10 +168,14 @@ class GuardedClient:
                 ) as resp:
                     connected = time.perf_counter()
                     location = resp.headers.get("Location") if resp.status in REDIRECT_STATUSES else None
+                    max_wire, max_decoded = limits.max_wire_bytes, limits.max_decoded_bytes
+                    if _declares_pdf(resp.headers.get("Content-Type")):
+                        # web_fetch's PDF cap: a declared PDF may be larger than an HTML page.
+                        max_wire = max_decoded = limits.max_pdf_bytes
                     bounded = BoundedBody(
                         None if location else resp.headers.get("Content-Encoding"),
-                        max_wire_bytes=limits.max_wire_bytes,
-                        max_decoded_bytes=limits.max_decoded_bytes,
+                        max_wire_bytes=max_wire,
+                        max_decoded_bytes=max_decoded,
                     )
                     if location is None:
                         async for chunk in resp.content.iter_chunked(READ_CHUNK_BYTES):
@@ -214,6 +218,10 @@ class GuardedClient:
                 raise GatewayError(
                     ErrorCode.CONNECT_FAILURE, f"request to {target.name} failed: {exc.__class__.__name__}"
                 ) from None
+
+
+def _declares_pdf(content_type: str | None) -> bool:
+    return (content_type or "").split(";", 1)[0].strip().lower() in ("application/pdf", "application/x-pdf")
 
 
 def _header_error(exc: aiohttp.ClientResponseError) -> GatewayError:

@@ -112,6 +112,9 @@ class FetchSettings:
     max_source_chars: int = 400_000
     robots: RobotsMode = "respect"
     robots_cache_s: float = 3600.0
+    max_pdf_bytes: int = 10 * 1024 * 1024
+    max_pdf_pages: int = 200
+    convert_timeout_s: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)

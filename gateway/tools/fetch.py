@@ -28,6 +28,7 @@ from gateway.observe import metrics
 from gateway.policy.decide import vet_url_for
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.tools.extract.pool import ExtractionPool
+from gateway.tools.extract.render import RenderLimits
 from gateway.tools.extract.render_options import LINK_STYLES, OUTPUT_FORMATS, LinkStyle, OutputFormat, RenderOptions
 from gateway.tools.result_notice import NOTICE, retrieved_at
 from gateway.tools.robots import RobotsCache
@@ -239,15 +240,22 @@ class FetchTool:
         self, args: FetchArgs, vetted: VettedUrl, response: FetchedResponse, loaded: LoadedPolicy, principal: Principal
     ) -> dict[str, Any]:
         headers = {k.lower(): v for k, v in response.headers.items()}
+        fetch = loaded.policy.fetch
         page = await self._extraction.render(
             response.body,
             headers.get("content-type"),
             response.status,
             headers,
             response.url,
-            max_chars=loaded.policy.fetch.max_source_chars,
-            convert_html=self._reader is None,
-            options=RenderOptions(args.format, args.links),
+            limits=RenderLimits(
+                max_chars=fetch.max_source_chars,
+                convert_html=self._reader is None,
+                options=RenderOptions(args.format, args.links),
+                max_pdf_pages=fetch.max_pdf_pages,
+                # PDF pages are read until 80% of the cap, then the text so far is returned.
+                pdf_time_s=fetch.convert_timeout_s * 0.8,
+            ),
+            time_limit_s=fetch.convert_timeout_s,
         )
         page.raise_refusal()
         if page.challenge is not None:
@@ -255,7 +263,7 @@ class FetchTool:
                 ErrorCode.CHALLENGED, f"{vetted.host.name} answered with a bot challenge: {page.challenge}"
             )
         text, title, source_truncated = page.text, page.title, page.source_truncated
-        links = [{"text": link.text[:200], "url": link.url[:2000]} for link in page.links[:20]]
+        links = [{"text": text[:200], "url": url[:2000]} for text, url in page.links[:20]]
         if response.status >= 400:
             raise GatewayError(
                 ErrorCode.UPSTREAM_STATUS,

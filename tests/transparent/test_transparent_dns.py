@@ -70,6 +70,11 @@ def test_ipv6_dns_is_intercepted_too(pod: Topology) -> None:
 def test_each_uid_is_answered_under_its_own_principal(pod: Topology) -> None:
     assert pod.dig("code.example.net", uid=CODER_UID)["rcode"] == "NOERROR"
     assert pod.dig("code.example.net", uid=AGENT_UID)["rcode"] == "NXDOMAIN"
+    pod.wait_audit(
+        lambda line: (
+            line.get("kind") == "dns" and line.get("principal") == "research" and line.get("host") == "code.example.net"
+        )
+    )
     lines = _dns_lines(pod, "code.example.net")
     assert {(line["principal"], line["decision"]) for line in lines} >= {("coder", "allow"), ("research", "deny")}
 

@@ -8,7 +8,7 @@ import sys
 import time
 
 from tests.transparent.conftest import transparent_policy
-from tests.transparent.netns import CODER_UID, GATEWAY_UID, ORIGIN_V4, ORIGIN_V6, OTHER_V4, Topology, line_time
+from tests.transparent.netns import CODER_UID, GATEWAY_UID, ORIGIN_V4, ORIGIN_V6, OTHER_V4, POD_V4, Topology, line_time
 
 RAW_CLIENT = (
     "import socket,sys\n"
@@ -191,6 +191,34 @@ def test_udp_other_than_dns_cannot_leave_the_pod(pod: Topology) -> None:
     assert "from-gateway" in log  # the sink works, so the agent's datagram was really dropped
     assert "from-agent" not in log
     assert agent.returncode == 0
+
+
+def test_a_raw_tcp_exception_reaches_exactly_that_address(pod: Topology) -> None:
+    assert pod.gateway is not None
+    pod.write_policy(transparent_policy(raw_tcp=[f"{ORIGIN_V4}:22"]))
+    pod.gateway.send_signal(signal.SIGHUP)
+    try:
+        deadline = time.monotonic() + 10
+        result = pod.agent(sys.executable, "-c", RAW_CLIENT, ORIGIN_V4, "22")
+        while "SSH-2.0-world" not in result.stdout and time.monotonic() < deadline:
+            time.sleep(0.1)  # the reload is asynchronous to the signal
+            result = pod.agent(sys.executable, "-c", RAW_CLIENT, ORIGIN_V4, "22")
+        assert "SSH-2.0-world" in result.stdout, result.stderr
+        assert pod.world_log("raw.log").strip() == POD_V4  # the gateway dialed it, from the pod
+        lines = pod.wait_audit(
+            lambda line: (
+                line.get("kind") == "transparent" and line.get("port") == 22 and line.get("decision") == "allow"
+            )
+        )
+        allowed = [d for d in _transparent(lines) if d.get("port") == 22 and d["decision"] == "allow"]
+        assert allowed
+        assert allowed[-1]["original_dst"] == f"{ORIGIN_V4}:22"
+        # Another address on the same port is still not an exception.
+        other = pod.agent(sys.executable, "-c", RAW_CLIENT, OTHER_V4, "22")
+        assert "SSH-2.0-world" not in other.stdout
+    finally:
+        pod.write_policy(transparent_policy())
+        pod.gateway.send_signal(signal.SIGHUP)
 
 
 def test_a_reload_that_denies_an_open_tunnel_closes_it(pod: Topology) -> None:

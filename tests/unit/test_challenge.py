@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.tools.extract.challenge import detect_challenge
+from gateway.tools.extract.challenge import MAX_INTERSTITIAL_WORDS, detect_challenge, visible_word_count
 
 ARTICLE = "<p>" + " ".join(["Researchers studied how people solve puzzles every day."] * 80) + "</p>"
 
@@ -18,6 +18,11 @@ ARTICLE = "<p>" + " ".join(["Researchers studied how people solve puzzles every 
             id="cloudflare-challenge-platform",
         ),
         pytest.param(403, {"server": "cloudflare"}, "<title>Just a moment...</title>", id="cloudflare-title"),
+        pytest.param(
+            503, {}, "<title>Please wait</title><form id='challenge-form' action='/?__cf_chl_tk=x'></form>"
+            "<script>window._cf_chl_opt={cType:'managed'};</script>",
+            id="cloudflare-managed-challenge-form",
+        ),
         pytest.param(
             403, {}, "<html><span class='cf-error-code'>1020</span> Access denied</html>",
             id="cloudflare-firewall",
@@ -56,7 +61,28 @@ def test_challenge_pages_are_flagged(status: int, headers: dict[str, str], body:
         pytest.param(404, {}, "<h1>Not found</h1>", id="plain-404"),
         pytest.param(403, {}, "<h1>Forbidden</h1>", id="plain-403"),
         pytest.param(200, {"cf-mitigated": "none"}, "<p>ok</p>", id="cf-mitigated-other"),
+        pytest.param(
+            200, {"server": "cloudflare"}, "<title>News</title>" + ARTICLE
+            + "<script src='/cdn-cgi/challenge-platform/scripts/jsd/main.js'></script>",
+            id="cloudflare-article-with-injected-challenge-platform-script",
+        ),
+        pytest.param(
+            200, {"server": "cloudflare"}, "<title>Short note</title><p>A short note.</p>"
+            + "<script>window.__CF$cv$params={r:'8a'};</script>"
+            + "<script src='/cdn-cgi/challenge-platform/scripts/jsd/main.js'></script>",
+            id="short-cloudflare-page-with-injected-script",
+        ),
+        pytest.param(
+            200, {}, "<title>Just a moment of calm</title>" + ARTICLE, id="article-titled-like-an-interstitial",
+        ),
     ],
 )  # fmt: skip
 def test_normal_pages_are_not_flagged(status: int, headers: dict[str, str], body: str) -> None:
     assert detect_challenge(status, headers, body) is None
+
+
+def test_unclosed_scripts_and_tag_openers_are_counted_in_linear_time() -> None:
+    # Quadratic before: each unclosed `<script` and each `<` without `>` scanned to the end.
+    hostile = "<script>" * 20_000 + "<" * 100_000
+    assert detect_challenge(200, {}, hostile) is None
+    assert visible_word_count("<p>" + "word " * 1_000 + "<script>" * 5_000) == MAX_INTERSTITIAL_WORDS + 1

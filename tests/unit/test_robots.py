@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.tools.robots import RobotsCache, parse_robots
+from gateway.tools.robots import MAX_PATTERN_CHARS, MAX_RULES_PER_GROUP, RobotsCache, parse_robots, pattern_matches
 
 GROUPS = """
 User-agent: *
@@ -132,3 +132,60 @@ async def test_percent_encoded_path_matches_a_decoded_rule() -> None:
     with pytest.raises(GatewayError) as caught:
         await cache.check("https://a.example", "/%7Euser/page", robots, ttl_s=3600)
     assert caught.value.code == ErrorCode.ROBOTS_DISALLOWED
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile robots.txt: linear matching, bounded parsing, no query in the refusal
+
+
+def _reference_match(pattern: str, path: str) -> bool:
+    """The regex translation RFC 9309 describes, for small inputs only."""
+    import re  # noqa: PLC0415 - the reference lives only here
+
+    anchored = pattern.endswith("$")
+    body = pattern[:-1] if anchored else pattern
+    regex = ".*".join(re.escape(part) for part in body.split("*")) + ("$" if anchored else "")
+    return re.match(regex, path) is not None
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path"),
+    [
+        pytest.param(pattern, path, id=f"{pattern}~{path}")
+        for pattern in ["/", "/a", "/a*", "/*a", "/a*b", "/a*b$", "/*.php$", "/*a*a*b", "/a**b", "$", "/a$", "*", "*$"]
+        for path in ["/", "/a", "/ab", "/aab", "/ba", "/x.php", "/x.php?y", "/aXaYb", "/abab", "/b"]
+    ],
+)
+def test_pattern_matching_agrees_with_the_rfc_translation(pattern: str, path: str) -> None:
+    assert pattern_matches(pattern, path) is _reference_match(pattern, path)
+
+
+def test_a_backtracking_bomb_pattern_is_matched_in_linear_time() -> None:
+    # As a regex, `/.*a.*a...b` against 20,000 a's without a b backtracks for longer than the
+    # test's timeout; split-and-find answers at once.
+    bomb = "/" + "*a" * 60 + "*b"
+    policy = parse_robots(f"User-agent: *\nDisallow: {bomb}\n")
+    assert policy.verdict("/" + "a" * 20_000) is None
+    assert policy.verdict("/" + "a" * 20_000 + "b") is not None
+
+
+def test_parsing_keeps_a_bounded_number_of_bounded_rules() -> None:
+    lines = "".join(f"Disallow: /r{index}\n" for index in range(MAX_RULES_PER_GROUP + 500))
+    endless = "Disallow: /" + "x" * (MAX_PATTERN_CHARS + 1) + "\n"
+    policy = parse_robots("User-agent: *\n" + endless + lines)
+    assert len(policy.rules) == MAX_RULES_PER_GROUP
+    assert all(len(rule.pattern) <= MAX_PATTERN_CHARS for rule in policy.rules)
+
+
+async def test_disallowed_message_never_carries_the_query() -> None:
+    cache = RobotsCache()
+
+    async def fetcher(url: str) -> tuple[int, bytes]:
+        return 200, b"User-agent: *\nDisallow: /search\n"
+
+    with pytest.raises(GatewayError) as caught:
+        await cache.check("https://example.org", "/search?q=secret+plans&token=abc", fetcher, ttl_s=60)
+    assert caught.value.code == ErrorCode.ROBOTS_DISALLOWED
+    assert "/search" in caught.value.message
+    assert "secret" not in caught.value.message
+    assert "?" not in caught.value.message

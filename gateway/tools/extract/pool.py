@@ -1,159 +1,223 @@
 """Turns a response body into page text off the event loop, so proxy tunnels keep flowing.
 
-Owns the CPU-heavy part of web_fetch: decoding (charset detection included), bot-challenge
-detection and HTML → markdown. Large bodies go to a small process pool (a native parse of 2 MiB
-holds the GIL for tens of milliseconds, which a thread would not hide); small ones are handled
-inline because the round trip would cost more than the work. The body crosses the process
-boundary as bytes, not as a decoded str: pickling 2 MiB of text holds the GIL for ~10 ms in the
-sending thread, copying bytes does not. Refusals come back as values (a GatewayError does not
-survive pickling). Never touches the network.
-
-Starting the pool is kept off the event loop too: spawning a worker (resource tracker, fork+exec,
-pickled preparation data, the manager thread, first imports) held the loop for 7-10 ms, and
-ProcessPoolExecutor spawns a worker inside submit() whenever none is idle, so two fetches at once
-spawned the second worker on the loop mid-fetch. All workers are started together in a thread,
-and run at a lower CPU priority so a conversion yields the core to the loop's process.
+Owns the extraction workers: separate processes (`python -m gateway.tools.extract.worker`, a
+plain subprocess: no multiprocessing resource tracker, no fork of the daemon's loop and sockets)
+that run the CPU-heavy part of web_fetch. A native parse of 2 MiB holds the GIL for tens of
+milliseconds, which a thread would not hide, and a hostile page (an HTML or PDF bomb) can take
+minutes: each conversion has a hard limit on the worker's CPU time after which the worker is killed
+and replaced, and the call gets `too_large`, so one page delays the calls queued behind it by at most that
+limit. Workers start on first use and exit after a quiet spell; one by default, since the
+footprint of every pod pays for each. Pages small enough that the worst case converts within
+~20 ms are handled inline: the round trip would cost more than the work. PDFs always go to a
+worker. Never touches the network.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import multiprocessing
 import os
-import threading
+import struct
+import subprocess
+import sys
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.tasks import spawn
-from gateway.tools.extract.challenge import detect_challenge
-from gateway.tools.extract.decode import decode_body
-from gateway.tools.extract.markdown import Link, html_to_markdown
-from gateway.tools.extract.render_options import DEFAULT_RENDER_OPTIONS, RenderOptions
+from gateway.tools.extract.render import RenderedPage, RenderLimits, is_pdf, render_page
 
-INLINE_MAX_BYTES = 32 * 1024
-POOL_WORKERS = 2
-# Conversion is batch work: on a small machine (2 cores) the loop's process must win the CPU when
-# both are runnable, or a tunnel waits for the scheduler while a page converts.
-WORKER_NICE = 10
-
-
-@dataclass(frozen=True, slots=True)
-class RenderedPage:
-    """A body as page text, or the refusal (code, message) that stops it."""
-
-    text: str = ""
-    title: str = ""
-    content_type: str = ""
-    links: tuple[Link, ...] = ()
-    source_truncated: bool = False
-    challenge: str | None = None
-    refusal: tuple[ErrorCode, str] | None = None
-
-    def raise_refusal(self) -> None:
-        if self.refusal is not None:
-            raise GatewayError(*self.refusal)
+# The largest page whose worst case (nested tables, thousands of attributes on one element, both
+# quadratic inside the parser) still converts in ~20 ms on the loop.
+INLINE_MAX_BYTES = 4 * 1024
+DEFAULT_WORKERS = 1
+DEFAULT_IDLE_EXIT_S = 60.0
+DEFAULT_TIME_LIMIT_S = 10.0
+START_TIMEOUT_S = 15.0
+RETIRE_TIMEOUT_S = 2.0
+# An answer is the page text (bounded by max_source_chars) and a few links: anything far larger
+# means a worker gone wrong.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+FRAME = struct.Struct(">I")
+WRITE_SLICE_BYTES = 256 * 1024
+CPU_POLL_S = 0.1
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def render_page(
+class WorkerGone(Exception):
+    """The worker process exited or broke the protocol; it is replaced on the next job."""
+
+
+class ExtractionWorker:
+    """One worker process and the pipe pair that carries its jobs."""
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        reader: asyncio.StreamReader,
+        read_transport: asyncio.BaseTransport,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self.process = process
+        self.reader = reader
+        self.read_transport = read_transport
+        self.writer = writer
+        self.idle_timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    async def start(cls) -> ExtractionWorker:
+        # The worker gets only what it needs to import the package: none of the daemon's
+        # environment (engine keys, Redis URL) reaches a process that parses hostile input.
+        env = {"PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
+        # Started in a thread: fork+exec from the loop (asyncio's subprocess API waits for the
+        # exec) held the loop for 2-27 ms.
+        process = await asyncio.to_thread(
+            subprocess.Popen,
+            [sys.executable, "-m", "gateway.tools.extract.worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
+        )  # fmt: skip
+        assert process.stdin is not None
+        assert process.stdout is not None
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_ANSWER_BYTES)
+        read_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), process.stdout)
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), process.stdin
+        )
+        worker = cls(process, reader, read_transport, asyncio.StreamWriter(transport, protocol, None, loop))
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                await worker._read_frame()
+        except (TimeoutError, WorkerGone):
+            await worker.kill()
+            raise GatewayError(ErrorCode.UNAVAILABLE, "the extraction worker did not start") from None
+        return worker
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    async def _read_frame(self) -> bytes:
+        try:
+            (size,) = FRAME.unpack(await self.reader.readexactly(FRAME.size))
+            if size > MAX_ANSWER_BYTES:
+                raise WorkerGone(f"answer of {size} bytes")
+            return await self.reader.readexactly(size)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            raise WorkerGone(str(exc)) from None
+
+    async def convert(self, job: tuple[bytes, bytes]) -> dict[str, Any]:
+        head, body = job
+        try:
+            self.writer.write(head)
+            # In slices, each written when the pipe takes it: one 2 MiB write() copied the whole
+            # body into the transport's buffer (and faulted in its pages) in one loop step.
+            view = memoryview(body)
+            for start in range(0, len(body), WRITE_SLICE_BYTES):
+                self.writer.write(view[start : start + WRITE_SLICE_BYTES])
+                await self.writer.drain()
+            await self.writer.drain()
+        except ConnectionError as exc:
+            raise WorkerGone(str(exc)) from None
+        answer = await self._read_frame()
+        try:
+            decoded: dict[str, Any] = orjson.loads(answer)
+        except orjson.JSONDecodeError:
+            raise WorkerGone("malformed answer") from None
+        return decoded
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time the worker has used so far (user + system), None where /proc cannot tell."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+        except (OSError, ValueError, IndexError):
+            return None
+
+    async def convert_within(self, job: tuple[bytes, bytes], limit_s: float) -> dict[str, Any]:
+        """`convert`, or TimeoutError once the job has used `limit_s` of the worker's CPU time.
+
+        CPU time, not wall time: the worker runs niced, and on a busy node a page that needs half
+        a second of CPU can wait many seconds for it; only a page that burns the CPU is a bomb.
+        Where /proc is missing the limit is wall time. The fetch's own deadline bounds the wait.
+        """
+        started = self.cpu_seconds()
+        if started is None:
+            async with asyncio.timeout(limit_s):
+                return await self.convert(job)
+        job_task = spawn(self.convert(job), name="extraction-job")
+        try:
+            while True:
+                done, _ = await asyncio.wait({job_task}, timeout=CPU_POLL_S)
+                if done:
+                    return job_task.result()
+                used = self.cpu_seconds()
+                if used is None or used - started > limit_s:
+                    raise TimeoutError
+        finally:
+            if not job_task.done():
+                job_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, WorkerGone):
+                    await job_task
+
+    def _close_pipes(self) -> None:
+        # Through the transports, which own the pipes: closing a pipe's file under a live
+        # transport leaves its fd number registered with the loop, and the next pipe gets it.
+        self.writer.close()
+        self.read_transport.close()
+
+    async def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        self._close_pipes()
+        await asyncio.to_thread(self.process.wait)
+
+    async def retire(self) -> None:
+        """End of input: the worker exits by itself; killed if it does not."""
+        self.writer.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await asyncio.to_thread(self.process.wait, RETIRE_TIMEOUT_S)
+        await self.kill()
+
+
+def _job(
     body: bytes,
     content_type: str | None,
     status: int,
     headers: Mapping[str, str],
     base_url: str,
     *,
-    max_chars: int,
-    convert_html: bool,
-    options: RenderOptions = DEFAULT_RENDER_OPTIONS,
-) -> RenderedPage:
-    """Decode, look for a bot challenge, and convert HTML to markdown (pure; runs in a worker)."""
-    try:
-        try:
-            decoded = decode_body(body, content_type)
-        except GatewayError:
-            if status < 400:
-                raise
-            # An error page we cannot read is still an error status, not a content problem.
-            decoded = decode_body(b"", "text/plain")
-        challenge = detect_challenge(status, headers, decoded.text if decoded.kind == "html" else "")
-        if challenge is not None:
-            return RenderedPage(challenge=challenge)
-        if decoded.kind == "html" and convert_html:
-            extraction = html_to_markdown(decoded.text, base_url, max_chars=max_chars, options=options)
-            return RenderedPage(
-                extraction.markdown,
-                extraction.title,
-                decoded.content_type,
-                extraction.links,
-                extraction.source_truncated,
-            )
-        text = decoded.text
-        return RenderedPage(text[:max_chars], "", decoded.content_type, (), len(text) > max_chars)
-    except GatewayError as exc:
-        return RenderedPage(refusal=(exc.code, exc.message))
-
-
-def _init_worker() -> None:
-    # No nice() on this platform, or not permitted: the worker runs at normal priority.
-    with contextlib.suppress(AttributeError, OSError):
-        os.nice(WORKER_NICE)
-
-
-def _worker_ready() -> int:
-    """A no-op whose import of this module also loads the converter in the worker."""
-    return os.getpid()
+    limits: RenderLimits,
+) -> tuple[bytes, bytes]:
+    """The job's frame head (length, header length, header) and its body, sent apart."""
+    header = orjson.dumps(
+        {
+            "content_type": content_type,
+            "status": status,
+            "headers": dict(headers),
+            "base_url": base_url,
+            "limits": limits.to_wire(),
+        }
+    )
+    size = FRAME.size + len(header) + len(body)
+    return FRAME.pack(size) + FRAME.pack(len(header)) + header, body
 
 
 class ExtractionPool:
-    def __init__(self, workers: int = POOL_WORKERS) -> None:
-        self._workers = workers
-        self._pool: ProcessPoolExecutor | None = None
+    def __init__(self, workers: int = DEFAULT_WORKERS, *, idle_exit_s: float = DEFAULT_IDLE_EXIT_S) -> None:
+        self._workers = max(1, workers)
+        self._idle_exit_s = idle_exit_s
+        self._idle: list[ExtractionWorker] = []
+        self._busy: set[ExtractionWorker] = set()
+        self._slots: asyncio.Semaphore | None = None
         self._closed = False
-        # Guards _pool between the start thread and close() on the loop.
-        self._lock = threading.Lock()
-        self._ready: asyncio.Task[ProcessPoolExecutor] | None = None
 
-    def _start_blocking(self) -> ProcessPoolExecutor:
-        """Create the pool and start every worker (blocking: run it in a thread, never on the loop)."""
-        with self._lock:
-            if self._closed:
-                raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
-            if self._pool is None:
-                # spawn, not fork: a forked child would inherit the event loop and open sockets.
-                self._pool = ProcessPoolExecutor(
-                    self._workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker
-                )
-            pool = self._pool
-        # With spawn, each submit() starts a worker when none is idle: submitting one no-op per
-        # worker before any can finish starts them all now, so no later submit() spawns one.
-        try:
-            for ready in [pool.submit(_worker_ready) for _ in range(self._workers)]:
-                ready.result()
-        except RuntimeError:
-            if not self._closed:  # BrokenProcessPool (a worker died starting) is a RuntimeError too
-                raise
-            # close() shut the pool down while it was starting.
-            raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down") from None
-        return pool
-
-    async def start(self) -> None:
-        """Start the workers off the loop; the first large page awaits this if no one called it."""
-        await self._executor()
-
-    async def _executor(self) -> ProcessPoolExecutor:
-        if self._closed:
-            raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
-        ready = self._ready
-        if ready is not None and ready.done() and not ready.cancelled() and ready.exception() is None:
-            return ready.result()
-        if ready is None or ready.done():  # never started, or the last start failed: try again
-            # One start shared by concurrent first callers.
-            ready = self._ready = spawn(asyncio.to_thread(self._start_blocking), name="extraction-pool-start")
-        # Shielded: a caller's deadline must not abandon a start that other callers share.
-        return await asyncio.shield(ready)
+    @property
+    def live_workers(self) -> int:
+        return len(self._idle) + len(self._busy)
 
     async def render(
         self,
@@ -163,26 +227,75 @@ class ExtractionPool:
         headers: Mapping[str, str],
         base_url: str,
         *,
-        max_chars: int,
-        convert_html: bool,
-        options: RenderOptions = DEFAULT_RENDER_OPTIONS,
+        limits: RenderLimits,
+        time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     ) -> RenderedPage:
-        if len(body) <= INLINE_MAX_BYTES:
-            return render_page(
-                body, content_type, status, headers, base_url, max_chars=max_chars, convert_html=convert_html,
-                options=options,
-            )  # fmt: skip
-        loop = asyncio.get_running_loop()
-        work = functools.partial(
-            render_page, body, content_type, status, dict(headers), base_url, max_chars=max_chars,
-            convert_html=convert_html, options=options,
-        )  # fmt: skip
-        pool = await self._executor()
-        return await loop.run_in_executor(pool, work)
+        if len(body) <= INLINE_MAX_BYTES and not is_pdf(body, content_type):
+            return render_page(body, content_type, status, headers, base_url, limits=limits)
+        if self._closed:
+            raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._workers)
+        job = _job(body, content_type, status, headers, base_url, limits=limits)
+        async with self._slots:
+            worker = await self._take()
+            try:
+                answer = await worker.convert_within(job, time_limit_s)
+            except TimeoutError:
+                await self._discard(worker)
+                raise GatewayError(
+                    ErrorCode.TOO_LARGE,
+                    f"conversion time cap hit: the page took over {time_limit_s:g} CPU seconds to convert",
+                ) from None
+            except WorkerGone:
+                await self._discard(worker)
+                raise GatewayError(
+                    ErrorCode.UNSUPPORTED_CONTENT, "the page could not be converted (the converter exited)"
+                ) from None
+            except BaseException:
+                # Cancelled mid-job (the fetch deadline, a client gone): the worker is still busy
+                # with a page nobody waits for, and may be a bomb; replace it.
+                await asyncio.shield(self._discard(worker))
+                raise
+            self._release(worker)
+        return RenderedPage.from_wire(answer)
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+    async def _take(self) -> ExtractionWorker:
+        while self._idle:
+            worker = self._idle.pop()
+            if worker.idle_timer is not None:
+                worker.idle_timer.cancel()
+                worker.idle_timer = None
+            if worker.alive:
+                self._busy.add(worker)
+                return worker
+        worker = await ExtractionWorker.start()
+        if self._closed:
+            await worker.kill()
+            raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
+        self._busy.add(worker)
+        return worker
+
+    def _release(self, worker: ExtractionWorker) -> None:
+        self._busy.discard(worker)
+        self._idle.append(worker)
+        worker.idle_timer = asyncio.get_running_loop().call_later(self._idle_exit_s, self._idle_exit, worker)
+
+    def _idle_exit(self, worker: ExtractionWorker) -> None:
+        if worker in self._idle:
+            self._idle.remove(worker)
+            spawn(worker.retire(), name="extraction-worker-retire")
+
+    async def _discard(self, worker: ExtractionWorker) -> None:
+        self._busy.discard(worker)
+        await worker.kill()
+
+    async def close(self) -> None:
+        self._closed = True
+        workers = [*self._idle, *self._busy]
+        self._idle.clear()
+        self._busy.clear()
+        for worker in workers:
+            if worker.idle_timer is not None:
+                worker.idle_timer.cancel()
+        await asyncio.gather(*(worker.kill() for worker in workers), return_exceptions=True)

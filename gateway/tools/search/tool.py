@@ -37,7 +37,11 @@ class GuardedTransport:
         self._principal = principal
         self._loaded = loaded
         self._limits = dataclasses.replace(
-            loaded.policy.fetch, max_redirects=0, max_wire_bytes=ENGINE_MAX_BYTES, max_decoded_bytes=ENGINE_MAX_BYTES
+            loaded.policy.fetch,
+            max_redirects=0,
+            max_wire_bytes=ENGINE_MAX_BYTES,
+            max_decoded_bytes=ENGINE_MAX_BYTES,
+            max_pdf_bytes=ENGINE_MAX_BYTES,
         )
 
     async def __call__(self, request: EngineRequest, *, deadline_s: float) -> EngineReply:
