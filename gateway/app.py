@@ -48,7 +48,7 @@ from gateway.transparent.listener import TransparentListener
 
 log = logging.getLogger("egress_gateway")
 
-POLICY_POLL_INTERVAL_S = 1.0
+POLICY_POLL_INTERVAL_S = 0.5
 STORE_PING_INTERVAL_S = 2.0
 
 
@@ -132,7 +132,9 @@ class Gateway:
         """Proxy readiness: the store is not part of it (a Redis outage fails tool calls closed but
         must not pull the proxy out of the Service); `tools_readiness` adds it."""
         checks = {
-            "policy_loaded": True,
+            # The policy in force came from a file that is still there to reload from (a
+            # removed or unmounted file leaves the last good policy enforced, and says so here).
+            "policy_loaded": self.policy.file_present(),
             "listeners_bound": self._listeners_bound,
             "audit_writable": self.audit.failure is None or self.settings.audit_on_failure == "allow",
             "not_draining": not self._draining,
@@ -146,6 +148,11 @@ class Gateway:
 
     def readiness_reasons(self) -> dict[str, str]:
         reasons: dict[str, str] = {}
+        if not self.policy.file_present():
+            generation = self.policy.current.generation
+            reasons["policy_loaded"] = (
+                f"the policy file {self.policy.path} is gone; generation {generation} stays in force"
+            )
         if self.audit.failure is not None:
             reasons["audit_writable"] = self.audit.failure
         if not self._store_up:
@@ -248,10 +255,11 @@ class Gateway:
         )
 
     async def _watch_policy_file(self) -> None:
+        # The holder debounces (a change must hold for one more poll) and refuses a file caught
+        # mid-write, so only complete files are ever enforced.
         while True:
             await asyncio.sleep(POLICY_POLL_INTERVAL_S)
-            if self.policy.changed_on_disk():
-                self.policy.reload()
+            self.policy.poll()
 
     async def _watch_store(self) -> None:
         while True:

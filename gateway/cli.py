@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from gateway import __version__, commands
-from gateway.commands import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from gateway.commands import EXIT_OK, EXIT_USAGE
 from gateway.errors import GatewayError
 from gateway.settings import Settings, load_settings, read_settings_file
 
@@ -47,9 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     policy = commands.add_parser("policy", help="policy tools")
     policy_commands = policy.add_subparsers(dest="policy_command", required=True)
-    lint = policy_commands.add_parser("lint", help="validate a policy file")
-    lint.add_argument("file")
+    lint = policy_commands.add_parser("lint", help="validate policy files; --diff OLD NEW shows what a change allows")
+    lint.add_argument("files", nargs="*")
+    lint.add_argument(
+        "--diff", nargs=2, metavar=("OLD", "NEW"), help="also print what NEW allows or denies that OLD did not"
+    )
     policy_commands.add_parser("token", help="print a new token and its token_sha256 line")
+    policy_commands.add_parser("hash-token", help="read a token on stdin, print its token_sha256 line")
 
     fetch = commands.add_parser("fetch", help="fetch one page as markdown")
     _add_settings_flags(fetch)
@@ -110,17 +114,24 @@ def _settings_from(args: argparse.Namespace) -> Settings:
     return load_settings(os.environ, flags, settings_file=settings_file)
 
 
-def _policy_lint(path: str) -> int:
-    from gateway.policy.load import PolicyError, load_policy_file  # noqa: PLC0415
+def _without_settings(args: argparse.Namespace) -> int:
+    """Commands that read no Settings: the policy tools and the tool definitions."""
+    if args.command == "tools":
+        from gateway.tools.mcp.command import print_tools  # noqa: PLC0415
 
-    try:
-        policy = load_policy_file(path)
-    except PolicyError as exc:
-        for line in exc.errors:
-            sys.stderr.write(line + "\n")
-        return EXIT_INVALID
-    sys.stdout.write(f"{path}: valid, {len(policy.principals)} principal(s)\n")
-    return EXIT_OK
+        return print_tools(args.format)
+    return _policy(args)
+
+
+def _policy(args: argparse.Namespace) -> int:
+    if args.policy_command == "lint":
+        if not args.files and not args.diff:
+            sys.stderr.write("usage: egress-gateway policy lint FILE [FILE ...] [--diff OLD NEW]\n")
+            return EXIT_USAGE
+        return commands.policy_lint(args.files, args.diff)
+    if args.policy_command == "hash-token":
+        return commands.policy_hash_token(sys.stdin)
+    return _policy_token()
 
 
 def _policy_token() -> int:
@@ -138,12 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
-    if args.command == "policy":
-        return _policy_lint(args.file) if args.policy_command == "lint" else _policy_token()
-    if args.command == "tools":
-        from gateway.tools.mcp.command import print_tools  # noqa: PLC0415
-
-        return print_tools(args.format)
+    if args.command in ("policy", "tools"):
+        return _without_settings(args)
     try:
         settings = _settings_from(args)
     except GatewayError as exc:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 import yarl
@@ -173,4 +173,46 @@ def redirect(settings: Settings, action: str, backend: str) -> int:
     except GatewayError as exc:
         sys.stderr.write(f"egress-gateway: {exc.message}\n")
         return EXIT_INVALID if exc.code != ErrorCode.INVALID_INPUT else EXIT_USAGE
+    return EXIT_OK
+
+
+def policy_lint(paths: list[str], diff: list[str] | None) -> int:
+    """Validate each file (every problem as file:line); with `diff`, also print what NEW changes."""
+    from gateway.policy.diff import describe_changes  # noqa: PLC0415
+    from gateway.policy.load import load_policy_file  # noqa: PLC0415
+    from gateway.policy.model import Policy  # noqa: PLC0415
+
+    loaded: dict[str, Policy] = {}
+    status = EXIT_OK
+    for path in [*paths, *(diff or [])]:
+        if path in loaded:
+            continue
+        try:
+            loaded[path] = load_policy_file(path)
+        except PolicyError as exc:
+            for line in exc.errors:
+                sys.stderr.write(line + "\n")
+            status = EXIT_INVALID
+            continue
+        sys.stdout.write(f"{path}: valid, {len(loaded[path].principals)} principal(s)\n")
+    if diff and status == EXIT_OK:
+        old, new = diff
+        changes = describe_changes(loaded[old], loaded[new])
+        sys.stdout.write(f"{old} → {new}: " + (f"{len(changes)} change(s)\n" if changes else "no change\n"))
+        for line in changes:
+            sys.stdout.write(f"  {line}\n")
+    return status
+
+
+def policy_hash_token(stdin: TextIO) -> int:
+    """The token_sha256 line for a token read from stdin (one trailing newline ignored)."""
+    from gateway.policy.decide import token_digest  # noqa: PLC0415
+
+    token = stdin.read()
+    token = token[:-1] if token.endswith("\n") else token
+    token = token[:-1] if token.endswith("\r") else token
+    if not token or token != token.strip():
+        sys.stderr.write("egress-gateway: give the token on stdin, without surrounding whitespace\n")
+        return EXIT_USAGE
+    sys.stdout.write(f'token_sha256: "{token_digest(token)}"\n')
     return EXIT_OK

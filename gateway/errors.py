@@ -8,7 +8,7 @@ nothing else ever reaches a client. Messages are one line and never carry a secr
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 
 class ErrorCode(StrEnum):
@@ -84,6 +84,23 @@ RETRYABLE: frozenset[ErrorCode] = frozenset(
     }
 )
 
+# Where an error is answered: the tools API (a caller passed an argument) or the proxy (an agent
+# asked for a destination). The two differ only where clients read the status differently.
+Surface = Literal["api", "proxy"]
+# On the proxy every refused destination is 403: clients (pip, git, curl) treat 403 as final,
+# while a 400 reads as "your proxy client is broken". The API keeps 400 for a bad URL argument.
+PROXY_DENIAL_CODES = frozenset({ErrorCode.UNSAFE_URL, ErrorCode.BLOCKED_DESTINATION, ErrorCode.POLICY_DENIED})
+
+
+def status_for(code: ErrorCode, surface: Surface) -> int:
+    """The HTTP status `code` is answered with on `surface` (the one table for both listeners)."""
+    if code == ErrorCode.AUTH_REQUIRED:
+        return 407 if surface == "proxy" else 401
+    if surface == "proxy" and code in PROXY_DENIAL_CODES:
+        return 403
+    return HTTP_STATUS[code]
+
+
 # Origin statuses worth retrying (besides 5xx): request timeout, too early, too many requests.
 RETRYABLE_STATUSES: frozenset[int] = frozenset({408, 425, 429})
 
@@ -107,13 +124,35 @@ class GatewayError(Exception):
         status: int | None = None,
         retry_after_s: float | None = None,
         extra: dict[str, Any] | None = None,
+        permanent: bool = False,
     ) -> None:
-        self.code = code
+        self.code = ErrorCode(code)
         self.message = one_line(message)
-        self.http_status = status if status is not None else HTTP_STATUS[code]
+        # A more precise status than the code's own (431 for an oversized request head).
+        self.status_override = status
         self.retry_after_s = retry_after_s
         self.extra = extra or {}
+        # Set where the failure is known to repeat (a certificate the gateway does not trust):
+        # decided by the I/O boundary from the exception's type, never from the message text.
+        self.permanent = permanent
         super().__init__(f"{code}: {self.message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exception pickles its args (the one formatted string): rebuild from the fields instead,
+        # so an extraction worker can hand a GatewayError back across the process boundary.
+        options = {
+            "status": self.status_override,
+            "retry_after_s": self.retry_after_s,
+            "extra": self.extra,
+            "permanent": self.permanent,
+        }
+        return (_rebuild, (self.code, self.message, options))
+
+    def status_on(self, surface: Surface) -> int:
+        # A credential refusal is the surface's own challenge (401 or 407) whatever was asked for.
+        if self.status_override is not None and self.code != ErrorCode.AUTH_REQUIRED:
+            return self.status_override
+        return status_for(self.code, surface)
 
     @property
     def retryable(self) -> bool:
@@ -122,7 +161,7 @@ class GatewayError(Exception):
         if self.code == ErrorCode.UPSTREAM_STATUS:
             status = self.extra.get("status")
             return not isinstance(status, int) or status >= 500 or status in RETRYABLE_STATUSES
-        if self.code == ErrorCode.CONNECT_FAILURE and "TLS certificate" in self.message:
+        if self.permanent:
             return False
         return self.code in RETRYABLE
 
@@ -135,3 +174,7 @@ class GatewayError(Exception):
         }
         error.update(self.extra)
         return {"error": error}
+
+
+def _rebuild(code: ErrorCode, message: str, options: dict[str, Any]) -> GatewayError:
+    return GatewayError(code, message, **options)

@@ -16,6 +16,7 @@ from typing import TypeVar
 import certifi
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from gateway.egress.io_errors import io_error
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 
@@ -38,21 +39,6 @@ def build_ssl_context(extra_ca_bundle: str | None) -> ssl.SSLContext:
     return context
 
 
-def describe_connect_error(exc: BaseException, target: PinnedTarget) -> str:
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return (
-            f"TLS certificate for {target.name} rejected: {exc.verify_message or exc.reason}"
-            " (a private CA is trusted by adding its PEM to EGRESS_CA_BUNDLE)"
-        )
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS handshake with {target.name} failed: {exc.reason or exc}"
-    if isinstance(exc, ConnectionRefusedError):
-        return f"connection to {target.name}:{target.port} refused"
-    if isinstance(exc, TimeoutError):
-        return f"connection to {target.name}:{target.port} timed out"
-    return f"connection to {target.name}:{target.port} failed: {exc.__class__.__name__}"
-
-
 async def open_pinned_connection(
     target: PinnedTarget,
     protocol_factory: Callable[[], P],
@@ -66,7 +52,7 @@ async def open_pinned_connection(
     task = asyncio.current_task()
     assert task is not None, "dial from a task: the timeout cancels it"
     loop = task.get_loop()
-    last: BaseException | None = None
+    last: GatewayError | None = None
     for text in target.address_texts:
         # A timer that cancels this task rather than an `asyncio.timeout` block: the same
         # outcome with one TimerHandle and no context object, on the path of every tunnel setup.
@@ -79,17 +65,17 @@ async def open_pinned_connection(
             # Ours only if the timer fired and no one else asked for cancellation too.
             if not expired or task.uncancel() > cancelling:
                 raise
-            last = TimeoutError()
+            last = GatewayError(ErrorCode.CONNECT_FAILURE, f"connection to {target.name}:{target.port} timed out")
             continue
         except OSError as exc:
-            last = exc
+            last = io_error(exc, target)
             continue
         finally:
             timer.cancel()
         # asyncio and uvloop already set TCP_NODELAY on every TCP transport they create.
         return transport, protocol, text
     assert last is not None
-    raise GatewayError(ErrorCode.CONNECT_FAILURE, describe_connect_error(last, target))
+    raise last
 
 
 def _expire_dial(task: asyncio.Task[object], expired: list[bool]) -> None:

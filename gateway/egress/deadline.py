@@ -23,8 +23,5 @@ class Deadline:
         """`budget_s` from now on the running loop's clock."""
         return cls(asyncio.get_running_loop().time() + budget_s, budget_s)
 
-    def remaining_s(self) -> float:
-        return max(0.0, self.at - asyncio.get_running_loop().time())
-
     def expired_error(self) -> GatewayError:
         return GatewayError(ErrorCode.TIMEOUT, f"the {self.budget_s:g} s deadline passed")

@@ -14,8 +14,6 @@ import brotli
 
 from gateway.errors import ErrorCode, GatewayError
 
-SUPPORTED_ENCODINGS = ("gzip", "x-gzip", "deflate", "br", "identity")
-
 
 def _decoded_too_large(cap: int) -> GatewayError:
     return GatewayError(ErrorCode.TOO_LARGE, f"decoded body exceeds the {cap}-byte decoded cap")

@@ -163,7 +163,7 @@ class EgressCore:
         """The policy's `ports`/`literal_ips` (refused in every mode), then the name (report mode
         marks a denial instead of raising)."""
         policy = loaded.policy
-        form = decide_form(policy, host, port)
+        form = decide_form(policy, principal, host, port)
         if not form.allowed:
             raise form.to_error()
         report = policy.mode_for(principal) == "report"

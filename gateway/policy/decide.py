@@ -83,11 +83,18 @@ def vet_url_for(policy: Policy, raw: str, *, refuse_secrets: bool = True) -> Vet
         allowed_ports=defaults.ports,
         literal_ips_allowed=defaults.literal_ips == "allow",
         refuse_secrets=refuse_secrets,
+        # In-cluster names reach the decision, which allows them only through internal_hosts.
+        keep_internal=True,
     )
 
 
-def decide_form(policy: Policy, host: VettedHost, port: int) -> Decision:
-    """The policy's `ports` and `literal_ips` rules (the same check `vet_url_for` makes)."""
+def decide_form(policy: Policy, principal: Principal, host: VettedHost, port: int) -> Decision:
+    """The policy's `ports` and `literal_ips` rules (the same check `vet_url_for` makes), and an
+    in-cluster name only for a principal whose `internal_hosts` names it exactly."""
+    if host.internal is not None and not any(rule.host == host.name for rule in principal.egress.internal_hosts):
+        return Decision.deny(
+            ErrorCode.UNSAFE_URL, f"{host.internal}; only an exact internal_hosts entry of the principal opens it"
+        )
     refusal = port_or_literal_refusal(
         host, port, allowed_ports=policy.defaults.ports, literal_ips_allowed=policy.defaults.literal_ips == "allow"
     )
@@ -120,7 +127,7 @@ def decide_name(policy: Policy, principal: Principal, host: VettedHost) -> Decis
 
 def decide_destination(policy: Policy, principal: Principal, host: VettedHost, port: int) -> Decision:
     """May `principal` reach `host:port` at all (before any DNS)? The form first, then the name."""
-    form = decide_form(policy, host, port)
+    form = decide_form(policy, principal, host, port)
     return form if not form.allowed else decide_name(policy, principal, host)
 
 

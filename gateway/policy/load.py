@@ -34,6 +34,7 @@ from gateway.policy.model import (
 )
 from gateway.policy.transparent import parse_transparent
 from gateway.vet.addresses import IPNetwork
+from gateway.vet.urls import internal_suffix_reason, refused_name_reason
 
 log = logging.getLogger("egress_gateway.policy")
 
@@ -262,6 +263,12 @@ def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
             glob = normalise_glob(host) if host else None
             if glob is None or glob.startswith("*"):
                 reader.error(host_node, f"{where}.egress.internal_hosts[].host must be one exact name")
+                continue
+            # What serve refuses whatever the policy says, lint refuses too: an in-cluster name
+            # (`*.svc`, `*.cluster.local`) may be opened, `localhost`, `metadata` or one label not.
+            refused = refused_name_reason(glob)
+            if refused is not None and internal_suffix_reason(glob) is None:
+                reader.error(host_node, f"{where}.egress.internal_hosts[].host {refused}: it cannot be opened")
                 continue
             internal.append(InternalHostRule(glob, reader.cidrs(cidr_node, f"{where}.egress.internal_hosts[].cidrs")))
         egress = EgressRule(

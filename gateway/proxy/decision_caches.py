@@ -88,7 +88,7 @@ class ProxyDecisions:
                     raise GatewayError(ErrorCode.UNSAFE_URL, "the host is not ASCII") from None
             else:
                 text = raw
-            host = vet_host(text)
+            host = vet_host(text, keep_internal=True)
             if len(self._hosts) >= MAX_CACHED_HOSTS:
                 self._hosts.clear()
             self._hosts[raw] = host

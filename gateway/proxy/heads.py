@@ -169,20 +169,9 @@ def named_by_connection(values: list[bytes]) -> frozenset[bytes]:
     return frozenset(tokens)
 
 
-# DESIGN.md section 3: on the proxy a refused destination is a 403 whatever status the same code
-# carries on the tools API (unsafe_url is a 400 there, where the caller passed a bad argument; here
-# an agent asked for a destination the gateway will not reach, and clients treat 403 as final).
-PROXY_DENIAL_CODES = frozenset({ErrorCode.UNSAFE_URL, ErrorCode.BLOCKED_DESTINATION, ErrorCode.POLICY_DENIED})
-
-
 def proxy_status(error: GatewayError) -> int:
-    """The status the proxy answers `error` with: 407 for credentials, 403 for a denied
-    destination, else the code's own status (400/431 malformed, 429 limits, 502/504 upstream)."""
-    if error.code == ErrorCode.AUTH_REQUIRED:
-        return 407
-    if error.code in PROXY_DENIAL_CODES:
-        return 403
-    return error.http_status
+    """The status the proxy answers `error` with (`errors.status_for`, the table both listeners share)."""
+    return error.status_on("proxy")
 
 
 def error_response(error: GatewayError, *, keep_alive: bool) -> bytes:

@@ -29,7 +29,7 @@ from gateway.observe.audit import (
     outcome_for_code,
     verdict_for,
 )
-from gateway.policy.decide import authenticate, decide_name
+from gateway.policy.decide import authenticate, decide_destination
 from gateway.policy.model import LoadedPolicy
 from gateway.tools.call_guard import CallContext, ToolCalls, parse_budget_id, require_tool
 from gateway.tools.fetch import FetchTool, parse_fetch_args
@@ -55,9 +55,8 @@ def error_response(exc: GatewayError) -> web.Response:
     if exc.retry_after_s is not None:
         # Rounded up: a client that waits exactly this long must not be refused again.
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
-    status = exc.http_status
+    status = exc.status_on("api")
     if exc.code == ErrorCode.AUTH_REQUIRED:
-        status = 401
         headers["WWW-Authenticate"] = 'Bearer realm="egress-gateway"'
     return _json_response(exc.to_body(), status, headers)
 
@@ -160,7 +159,7 @@ class ToolsApi:
         would_deny = audit.pop("would_deny", None)
         would_deny_reason = audit.pop("would_deny_reason", None)
         if error is not None:
-            code, reason = str(error.code), error.message
+            code, reason = error.code, error.message
             decision, outcome = verdict_for(code), outcome_for_code(code)
         elif would_deny is not None:
             decision, code, reason, outcome = "would_deny", would_deny, would_deny_reason, "ok"
@@ -214,15 +213,15 @@ class ToolsApi:
         vetted = self._fetch.vet(args, context.loaded)
         audit.update(host=vetted.host.name, port=vetted.port)
         # A destination the policy refuses costs no reservation (issue 5): decide before reserving
-        # (the port and host form were decided by `vet`). The egress core decides again, with
+        # (form, in-cluster names, then the name). The egress core decides again, with
         # DNS, inside the call and on every redirect hop.
         policy = context.loaded.policy
-        decision = decide_name(policy, context.principal, vetted.host)
+        decision = decide_destination(policy, context.principal, vetted.host, vetted.port)
         audit.update(rule=decision.rule, rule_pattern=decision.pattern)
         if not decision.allowed:
             if policy.mode_for(context.principal) == "enforce":
                 raise decision.to_error()
-            audit.update(would_deny=str(decision.code), would_deny_reason=decision.reason)
+            audit.update(would_deny=decision.code, would_deny_reason=decision.reason)
 
         async def work() -> dict[str, Any]:
             result = await self._fetch.fetch(args, vetted, context.principal, context.loaded, audit)

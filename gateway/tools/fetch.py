@@ -16,6 +16,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote
 
@@ -176,7 +177,7 @@ class FetchTool:
             await self._check_robots(vetted, principal, loaded, deadline)
         response = await self._get(vetted, principal, loaded, deadline)
         if response.would_deny is not None:
-            audit["would_deny"] = str(response.would_deny.code)
+            audit["would_deny"] = response.would_deny.code
             audit["would_deny_reason"] = response.would_deny.message
         metrics.FETCH_BODY_BYTES.labels(stage="wire").observe(response.wire_bytes)
         metrics.FETCH_BODY_BYTES.labels(stage="decoded").observe(len(response.body))
@@ -267,7 +268,8 @@ class FetchTool:
         if response.status >= 400:
             raise GatewayError(
                 ErrorCode.UPSTREAM_STATUS,
-                f"{vetted.host.name} answered {response.status} {response.reason}".strip(),
+                # The standard phrase, not the origin's: no error message quotes upstream bytes.
+                f"{vetted.host.name} answered {response.status} {_status_phrase(response.status)}".strip(),
                 extra={"status": response.status, "page": text[:ERROR_PAGE_CHARS]},
             )
         content_hash = hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -301,3 +303,10 @@ class FetchTool:
             "links": links,
             "notice": NOTICE,
         }
+
+
+def _status_phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""

@@ -222,7 +222,8 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         title="Web fetch",
         description=(
             "Fetch one public web page and read it as markdown (HTML is cleaned of navigation and "
-            f"boilerplate; plain text and JSON pass through). At most maxChars ({FETCH_MIN_MAX_CHARS}-"
+            "boilerplate; plain text and JSON pass through; PDF text is extracted). "
+            f"At most maxChars ({FETCH_MIN_MAX_CHARS}-"
             f"{FETCH_MAX_MAX_CHARS}) characters come back per call; when the page is longer the result "
             "says so: call again with offset set to nextOffset and expectedHash set to contentHash to "
             "read on. format and links choose markdown, text or html and how links are written. "

@@ -187,7 +187,6 @@ class AddressGuard:
         self._self_networks = tuple(
             a for a in self_addresses if isinstance(a, ipaddress.IPv4Network | ipaddress.IPv6Network)
         )
-        self._allow_cidrs = tuple(allow_cidrs)
         base = _builtin_rules()
         base.extend(_Rule(net, False, f"{net} (policy deny_cidrs)", rank=2) for net in deny_cidrs)
         policy_allow = [_Rule(net, True, f"{net} (policy allow_cidrs)", rank=1) for net in allow_cidrs]

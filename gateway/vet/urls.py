@@ -83,10 +83,10 @@ class VettedHost:
 
     name: str
     ip: IPAddress | None
-
-    @property
-    def is_ip(self) -> bool:
-        return self.ip is not None
+    # Set (to why) for a name under an internal suffix (`*.svc`, `*.cluster.local`...) kept by
+    # `vet_host(..., keep_internal=True)`: only a principal's exact `internal_hosts` entry may
+    # reach it (`policy.decide.decide_form`); every other use refuses it.
+    internal: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +171,20 @@ def _parse_ipv6(text: str) -> ipaddress.IPv6Address:
         raise _unsafe(f"host [{text}] is not a valid IPv6 literal") from None
 
 
-def vet_host(raw_host: str) -> VettedHost:
-    """Canonicalise a host (name or literal) or refuse it with `unsafe_url`."""
+def internal_suffix_reason(name: str) -> str | None:
+    """Why a multi-label name is under an internal suffix (an in-cluster name), or None."""
+    for suffix in REFUSED_SUFFIXES:
+        if name.endswith(suffix) and name not in REFUSED_NAMES:
+            return f"{name!r} is under {suffix}, an internal namespace"
+    return None
+
+
+def vet_host(raw_host: str, *, keep_internal: bool = False) -> VettedHost:
+    """Canonicalise a host (name or literal) or refuse it with `unsafe_url`.
+
+    With `keep_internal`, a name under an internal suffix is returned marked (`internal`) instead
+    of refused, for the policy to allow only where a principal names it in `internal_hosts`;
+    internal names by themselves (`localhost`, `metadata`, single labels) are refused anyway."""
     if not raw_host:
         raise _unsafe("the URL has no host")
     if _FORBIDDEN_CHARS.search(raw_host) or any(c in raw_host for c in "@/?#"):
@@ -203,10 +215,16 @@ def vet_host(raw_host: str) -> VettedHost:
     ip4 = parse_legacy_ipv4(ascii_name)
     if ip4 is not None:
         return VettedHost(str(ip4), ip4)
+    return _named_host(ascii_name, keep_internal=keep_internal)
+
+
+def _named_host(ascii_name: str, *, keep_internal: bool) -> VettedHost:
     reason = refused_name_reason(ascii_name)
-    if reason is not None:
-        raise _unsafe(reason)
-    return VettedHost(ascii_name, None)
+    if reason is None:
+        return VettedHost(ascii_name, None)
+    if keep_internal and internal_suffix_reason(ascii_name) is not None:
+        return VettedHost(ascii_name, None, reason)
+    raise _unsafe(reason)
 
 
 def port_or_literal_refusal(
@@ -238,6 +256,7 @@ def vet_url(
     allowed_ports: Collection[int],
     literal_ips_allowed: bool,
     refuse_secrets: bool,
+    keep_internal: bool = False,
 ) -> VettedUrl:
     """Parse and vet `raw`, returning its canonical form, or raise `unsafe_url`."""
     if not isinstance(raw, str):
@@ -266,7 +285,7 @@ def vet_url(
     if raw_host is None:
         raise _unsafe("the URL has no host")
     # yarl already turned a bracketed literal into its bare form; keep the brackets signal.
-    host = vet_host(f"[{raw_host}]" if ":" in raw_host else raw_host)
+    host = vet_host(f"[{raw_host}]" if ":" in raw_host else raw_host, keep_internal=keep_internal)
     refusal = port_or_literal_refusal(host, port, allowed_ports=allowed_ports, literal_ips_allowed=literal_ips_allowed)
     if refusal is not None:
         raise _unsafe(refusal)

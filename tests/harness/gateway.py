@@ -24,6 +24,7 @@ import yaml
 
 READY_TIMEOUT_S = 20.0
 MAX_START_ATTEMPTS = 3
+LISTEN_KEYS = ("EGRESS_PROXY_LISTEN", "EGRESS_API_LISTEN", "EGRESS_ADMIN_LISTEN")
 
 
 def free_port(ip: str = "127.0.0.1") -> int:
@@ -94,6 +95,8 @@ class GatewayProcess:
         if ca_bundle is not None:
             self.env["EGRESS_CA_BUNDLE"] = str(ca_bundle)
         self.env.update(env or {})
+        # A test may put a listener elsewhere (a wildcard address, a fixed port): follow it.
+        self.proxy_port, self.api_port, self.admin_port = (int(self.env[key].rsplit(":", 1)[1]) for key in LISTEN_KEYS)
         self.process: subprocess.Popen[bytes] | None = None
         self.stderr_path = workdir / "stderr.log"
 
@@ -140,12 +143,14 @@ class GatewayProcess:
         return self
 
     def _pick_ports(self) -> None:
-        self.proxy_port, self.api_port, self.admin_port = free_port(), free_port(), free_port()
-        self.env.update(
-            EGRESS_PROXY_LISTEN=f"127.0.0.1:{self.proxy_port}",
-            EGRESS_API_LISTEN=f"127.0.0.1:{self.api_port}",
-            EGRESS_ADMIN_LISTEN=f"127.0.0.1:{self.admin_port}",
-        )
+        # Fresh ports on the same hosts: a wildcard listener stays a wildcard listener.
+        ports = []
+        for key in LISTEN_KEYS:
+            host = self.env[key].rsplit(":", 1)[0]
+            port = free_port("0.0.0.0" if host in ("0.0.0.0", "[::]") else "127.0.0.1")
+            self.env[key] = f"{host}:{port}"
+            ports.append(port)
+        self.proxy_port, self.api_port, self.admin_port = ports
 
     def readyz(self, path: str = "/readyz") -> tuple[int, dict[str, Any]]:
         try:

@@ -208,3 +208,29 @@ def test_holding_more_connections_than_descriptors_starves_neither_healthz_nor_t
     assert refused is not None
     assert int(refused.group(1).split(".")[0]) > 0
     assert "Traceback" not in gateway.stderr()
+
+
+def test_a_body_that_does_not_arrive_in_time_is_answered_504_and_closed(gateway: LimitedGateway) -> None:
+    sock = connect(gateway.api_port)
+    sock.sendall(
+        b"POST /v1/fetch HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{"
+    )
+    sock.settimeout(0.5)
+    answer = b""
+    # Drip body bytes past the body deadline (10 s); the bounded loop gives up after 40 s.
+    for _ in range(80):
+        try:
+            sock.sendall(b" ")
+            chunk = sock.recv(4096)
+        except TimeoutError:
+            continue
+        except (BrokenPipeError, ConnectionResetError):
+            break
+        if not chunk:
+            break
+        answer += chunk
+        if b"\r\n\r\n" in answer and b'"timeout"' in answer:
+            break
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 504"), answer[:200]
+    assert b'"code":"timeout"' in answer

@@ -400,7 +400,7 @@ async def test_redis_down_fails_closed_then_recovers_with_the_same_store(
         # wait_for bounds a hang; a prompt failure is the behaviour under test.
         error = await denial(asyncio.wait_for(reserve(store, lim), timeout=SETTLE_DEADLINE_S))
         assert error.code is ErrorCode.STORE_UNAVAILABLE
-        assert error.http_status == 503
+        assert error.status_on("api") == 503
         assert error.retryable
         assert await store.ping() is False
         for call in (

@@ -476,3 +476,20 @@ async def test_internal_host_rule_opens_its_range_to_that_name_only(
     with pytest.raises(GatewayError) as caught:
         await egress.get(client, origin.url("/", name="other.corp.example.org"))
     assert caught.value.code == ErrorCode.BLOCKED_DESTINATION
+
+
+async def test_an_over_long_response_header_line_is_too_large_and_quotes_no_upstream_bytes(
+    egress: Egress, origins: OriginFactory
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(text="x", headers={"X-Long": "secret-ish-" + "v" * (32 * 1024)})
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    origin = origins.start(app, names=["longheader.example.org"])
+    client = await egress.open([origin])
+    with pytest.raises(GatewayError) as caught:
+        await egress.get(client, origin.url("/"))
+    assert caught.value.code == ErrorCode.TOO_LARGE
+    assert "header line" in caught.value.message
+    assert "secret-ish" not in caught.value.message

@@ -34,14 +34,16 @@ def connect_answer(port: int, authority: str) -> bytes:
 def test_wildcard_listener_refuses_every_local_address_as_its_own(
     gateway_factory: GatewayFactory, fake_dns: FakeDNS, address: str
 ) -> None:
-    port = free_port("0.0.0.0")
     name = f"self-{address.replace('.', '-')}.own.example"
     fake_dns.add(name, address)
     gateway = gateway_factory(
-        policy_document(allow_cidrs=["127.0.0.0/8"], ports=[443, port]),
-        env={"EGRESS_PROXY_LISTEN": f"0.0.0.0:{port}"},
+        policy_document(allow_cidrs=["127.0.0.0/8"], ports=[443]),
+        env={"EGRESS_PROXY_LISTEN": f"0.0.0.0:{free_port('0.0.0.0')}"},
     )
-    answer = connect_answer(port, f"{name}:{port}")
+    assert gateway.env["EGRESS_PROXY_LISTEN"].startswith("0.0.0.0:")
+    # Port 443 of that address: the address is the gateway's own whatever the port (without the
+    # rule the dial would be tried, and refused: a connect_failure, not this denial).
+    answer = connect_answer(gateway.proxy_port, f"{name}:443")
     assert answer.startswith(b"HTTP/1.1 403 "), answer
     assert b"X-Egress-Code: blocked_destination" in answer
     lines = gateway.wait_audit(lambda lines: any(line.get("decision") == "deny" for line in lines))

@@ -118,3 +118,38 @@ def test_check_fetch_and_proxy_agree_on_every_url(
         for case in cases
     }
     assert table == expected
+
+
+def test_an_in_cluster_name_opens_only_through_its_exact_internal_hosts_entry_everywhere(
+    gateway_factory: GatewayFactory, origins: OriginFactory, fake_dns: FakeDNS, pki: TestPKI
+) -> None:
+    # issue 16: a self-hosted service in the cluster, named exactly with its CIDR, is reachable
+    # on every surface; a sibling name under the same suffix stays refused on every surface.
+    origin = origins.start(page_app(), names=["reader.tools.svc.cluster.local"])
+    fake_dns.add("other.tools.svc.cluster.local", origin.ip)
+    principals = {
+        "default": {
+            "egress": {
+                "allow_domains": ["*"],
+                "internal_hosts": [{"host": "reader.tools.svc.cluster.local", "cidrs": [origin.cidr]}],
+            },
+            "tools": {"fetch": True, "search": False},
+        }
+    }
+    document = policy_document(ports=[443, origin.port], principals=principals, fetch={"robots": "ignore"})
+    gateway = gateway_factory(document)
+    lint = subprocess.run(
+        [sys.executable, "-m", "gateway", "policy", "lint", str(gateway.policy_path)],
+        check=False, capture_output=True, text=True, timeout=30, cwd=ROOT,
+    )  # fmt: skip
+    assert lint.returncode == 0, lint.stderr
+    table = {}
+    for name, expected in (("reader", ALLOWED), ("other", "unsafe_url")):
+        url = f"https://{name}.tools.svc.cluster.local:{origin.port}/page"
+        row = {
+            "check": check_verdict(gateway, url),
+            "fetch": fetch_verdict(gateway, url),
+            "proxy": proxy_verdict(gateway, url, pki),
+        }
+        table[name] = (row, {surface: expected for surface in row})
+    assert {name: got for name, (got, _) in table.items()} == {name: want for name, (_, want) in table.items()}

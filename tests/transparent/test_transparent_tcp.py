@@ -65,7 +65,7 @@ def test_curl_https_without_proxy_settings_is_forced_through_the_gateway(pod: To
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"origin={ORIGIN_V4} host=docs.example.org\n"
     lines = pod.wait_audit(lambda line: line.get("kind") == "transparent" and line.get("event") == "close")
-    allowed = [d for d in _transparent(lines) if d["decision"] == "allow" and d["host"] == "docs.example.org"]
+    allowed = [d for d in _transparent(lines) if d["decision"] == "allow" and d.get("host") == "docs.example.org"]
     assert allowed, lines
     assert allowed[-1]["principal"] == "research"
     assert allowed[-1]["original_dst"] == f"{ORIGIN_V4}:443"
@@ -76,7 +76,7 @@ def test_curl_http_without_proxy_settings_is_forwarded_per_request(pod: Topology
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"origin={ORIGIN_V4} host=docs.example.org\n"
     lines = pod.wait_audit(lambda line: line.get("kind") == "transparent" and line.get("method") == "GET")
-    allowed = [d for d in _transparent(lines) if d.get("method") == "GET" and d["port"] == 80]
+    allowed = [d for d in _transparent(lines) if d.get("method") == "GET" and d.get("port") == 80]
     assert allowed
     assert allowed[-1]["principal"] == "research"
     assert allowed[-1]["host"] == "docs.example.org"
@@ -105,11 +105,19 @@ def test_plain_http_with_a_proxy_credential_still_gets_the_uids_principal(pod: T
     assert result.stdout == "403"
 
 
+def test_a_connection_made_straight_to_a_transparent_port_is_refused(pod: Topology) -> None:
+    # Loopback is never redirected, so this reaches the listener with no original destination.
+    result = pod.agent(sys.executable, "-c", RAW_CLIENT, "127.0.0.1", "15002")
+    assert "SSH" not in result.stdout
+    lines = pod.wait_audit(lambda line: "not a redirected connection" in str(line.get("reason")))
+    assert [d for d in _transparent(lines) if "not a redirected connection" in str(d.get("reason"))]
+
+
 def test_denied_name_is_refused_for_that_uid(pod: Topology) -> None:
     result = pod.curl("https://code.example.net/", "--resolve", f"code.example.net:443:{OTHER_V4}")
     assert result.returncode != 0
     lines = pod.wait_audit(lambda line: line.get("host") == "code.example.net" and line.get("decision") == "deny")
-    denied = [d for d in _transparent(lines) if d["host"] == "code.example.net" and d["decision"] == "deny"]
+    denied = [d for d in _transparent(lines) if d.get("host") == "code.example.net" and d["decision"] == "deny"]
     assert denied
     assert denied[-1]["principal"] == "research"
     assert denied[-1]["code"] == "policy_denied"
@@ -123,7 +131,10 @@ def test_two_uids_get_their_own_principals(pod: Topology) -> None:
     assert refused.returncode != 0
     lines = pod.wait_audit(lambda line: line.get("principal") == "coder" and line.get("decision") == "deny")
     coder = [d for d in _transparent(lines) if d.get("principal") == "coder"]
-    assert {(d["host"], d["decision"]) for d in coder} >= {("code.example.net", "allow"), ("docs.example.org", "deny")}
+    assert {(d.get("host"), d["decision"]) for d in coder} >= {
+        ("code.example.net", "allow"),
+        ("docs.example.org", "deny"),
+    }
 
 
 def test_raw_tcp_to_a_non_http_port_is_refused_and_never_reaches_the_server(pod: Topology) -> None:

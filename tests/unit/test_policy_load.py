@@ -184,11 +184,10 @@ def test_reload_of_a_bad_file_keeps_the_last_good_policy_and_generation(tmp_path
     assert holder.current.policy.principals["default"].tools.fetch
 
     path.write_text("version: 1\nprincipals: {default: {tools: {search: true}}}\n")
-    assert holder.changed_on_disk()
     assert holder.reload() is True
     assert holder.current.generation == 2
     assert holder.current.policy.principals["default"].tools.search
-    assert not holder.changed_on_disk()
+    assert holder.poll() is False  # nothing changed since
     assert outcomes == [(False, 1), (True, 2)]
 
 
@@ -202,3 +201,22 @@ def test_sni_off_is_accepted_as_the_readme_writes_it(written: str) -> None:
 def test_a_boolean_that_is_not_a_choice_is_still_refused() -> None:
     with pytest.raises(PolicyError, match=r"proxy\.sni must be a non-empty string"):
         parse_policy("version: 1\nproxy: {sni: true}\nprincipals: {default: {}}\n")
+
+
+@pytest.mark.parametrize("host", ["localhost", "metadata.goog", "searxng"], ids=["localhost", "metadata", "one-label"])
+def test_internal_hosts_cannot_open_a_name_serve_refuses_anyway(host: str) -> None:
+    text = (
+        "version: 1\nprincipals:\n  default:\n    egress:\n"
+        f"      internal_hosts: [{{host: {host}, cidrs: [10.0.0.0/8]}}]\n"
+    )
+    with pytest.raises(PolicyError, match="it cannot be opened"):
+        parse_policy(text)
+
+
+def test_internal_hosts_can_name_an_in_cluster_service() -> None:
+    text = (
+        "version: 1\nprincipals:\n  default:\n    egress:\n"
+        "      internal_hosts: [{host: searxng.tools.svc.cluster.local, cidrs: [10.96.0.0/12]}]\n"
+    )
+    rule = parse_policy(text).principals["default"].egress.internal_hosts[0]
+    assert rule.host == "searxng.tools.svc.cluster.local"

@@ -19,7 +19,10 @@ from tests.unit.test_search_aggregate import BING, DDG, QUERY, ScriptedTransport
         pytest.param(GatewayError(ErrorCode.UPSTREAM_STATUS, "x answered 503", extra={"status": 503}), True, id="503"),
         pytest.param(GatewayError(ErrorCode.UPSTREAM_STATUS, "x answered 429", extra={"status": 429}), True, id="429"),
         pytest.param(
-            GatewayError(ErrorCode.CONNECT_FAILURE, "TLS certificate for x rejected: self-signed"), False, id="cert"
+            # The I/O boundary marks a certificate failure permanent from its type (io_errors.py).
+            GatewayError(ErrorCode.CONNECT_FAILURE, "TLS certificate for x rejected: self-signed", permanent=True),
+            False,
+            id="cert",
         ),
         pytest.param(GatewayError(ErrorCode.CONNECT_FAILURE, "connection to x:443 refused"), True, id="refused"),
         pytest.param(GatewayError(ErrorCode.POLICY_DENIED, "x is not allowed"), False, id="policy"),

@@ -145,7 +145,7 @@ class McpHttpEndpoint:
         try:
             raw = await read_body(request)
         except GatewayError as exc:
-            return _rpc_error(exc.http_status, INVALID_REQUEST, exc.message)
+            return _rpc_error(exc.status_on("api"), INVALID_REQUEST, exc.message)
         try:
             message = orjson.loads(raw)
         except orjson.JSONDecodeError:
