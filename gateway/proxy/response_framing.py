@@ -183,18 +183,8 @@ class ResponseFraming:
         parser = self._parser
         status = parser.get_status_code()
         self._status = status
-        if status == 101:
-            # The gateway never forwards Upgrade, so a switch is unsolicited: relaying it would
-            # hand the client a stream the proxy no longer frames.
-            self._failure = GatewayError(ErrorCode.CONNECT_FAILURE, "the upstream switched protocols unasked (101)")
-            raise _StopParsing
         named = named_by_connection(self._connection_values) if self._connection_values else frozenset()
-        if named & FRAMING_FIELDS:
-            # Framing fields are never hop-by-hop: stripping them would re-frame the body differently.
-            self._failure = GatewayError(
-                ErrorCode.CONNECT_FAILURE, "the upstream response's Connection field names a framing header"
-            )
-            raise _StopParsing
+        self._refuse_unframeable(status, named)
         informational = status < 200
         if not informational:
             self._scanner = None  # the body follows; trailers, if any, are dropped
@@ -226,6 +216,19 @@ class ResponseFraming:
             if self._head_only:
                 # No body follows a HEAD response whatever its Content-Length says.
                 self.complete = True
+
+    def _refuse_unframeable(self, status: int, named: frozenset[bytes]) -> None:
+        if status == 101:
+            # The gateway never forwards Upgrade, so a switch is unsolicited: relaying it would
+            # hand the client a stream the proxy no longer frames.
+            self._failure = GatewayError(ErrorCode.CONNECT_FAILURE, "the upstream switched protocols unasked (101)")
+            raise _StopParsing
+        if named & FRAMING_FIELDS:
+            # Framing fields are never hop-by-hop: stripping them would re-frame the body differently.
+            self._failure = GatewayError(
+                ErrorCode.CONNECT_FAILURE, "the upstream response's Connection field names a framing header"
+            )
+            raise _StopParsing
 
     def on_body(self, body: bytes) -> None:
         self._progress += 1

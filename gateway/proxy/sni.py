@@ -70,18 +70,29 @@ def _reassemble(data: bytes) -> tuple[bytes, int] | ClientHelloPeek:
             return _NEED_MORE if end <= MAX_PEEK_BYTES else _malformed("ClientHello too large")
         handshake += data[offset + TLS_RECORD_HEADER_BYTES : end]
         offset = end
-        if len(handshake) >= 4:
-            if handshake[0] != HANDSHAKE_CLIENT_HELLO:
-                return _malformed("the first handshake message is not a ClientHello")
-            body_length = int.from_bytes(handshake[1:4], "big")
-            if body_length > MAX_CLIENT_HELLO_BYTES:
-                return _malformed("ClientHello too large")
-            if len(handshake) > 4 + body_length:
-                # A second handshake message in the ClientHello's record: no client sends one, and
-                # a server could act on it after the checked one (a second ClientHello).
-                return _malformed("bytes follow the ClientHello in its record")
-            if len(handshake) == 4 + body_length:
-                return bytes(handshake[4:]), offset
+        whole = _whole_hello(handshake)
+        if isinstance(whole, ClientHelloPeek):
+            return whole
+        if whole is not None:
+            return whole, offset
+
+
+def _whole_hello(handshake: bytearray) -> bytes | ClientHelloPeek | None:
+    """The ClientHello body once the reassembled handshake holds all of it (None: not yet)."""
+    if len(handshake) < 4:
+        return None
+    if handshake[0] != HANDSHAKE_CLIENT_HELLO:
+        return _malformed("the first handshake message is not a ClientHello")
+    body_length = int.from_bytes(handshake[1:4], "big")
+    if body_length > MAX_CLIENT_HELLO_BYTES:
+        return _malformed("ClientHello too large")
+    if len(handshake) > 4 + body_length:
+        # A second handshake message in the ClientHello's record: no client sends one, and a
+        # server could act on it after the checked one (a second ClientHello).
+        return _malformed("bytes follow the ClientHello in its record")
+    if len(handshake) == 4 + body_length:
+        return bytes(handshake[4:])
+    return None
 
 
 class _Reader:

@@ -162,7 +162,7 @@ def test_connection_tokens_are_collected_for_hop_by_hop_removal_s9110_7_6_1() ->
 )
 def test_a_request_the_proxy_will_not_frame_is_refused(data: bytes, code: ErrorCode, status: int) -> None:
     refusal = refusal_of(data)
-    assert (refusal.error.code, refusal.error.http_status) == (code, status)
+    assert (refusal.error.code, refusal.error.status_on("proxy")) == (code, status)
 
 
 def test_nothing_is_parsed_after_a_refusal() -> None:
