@@ -41,6 +41,7 @@ from gateway.tools.call_guard import ToolCalls
 from gateway.tools.extract.pool import ExtractionPool
 from gateway.tools.fetch import FetchTool, ReaderService
 from gateway.tools.robots import RobotsCache
+from gateway.tools.run_tokens import RunTokens, run_token_secret
 from gateway.tools.search.registry import engines_from_settings
 from gateway.tools.search.tool import SearchTool
 from gateway.transparent.http import TransparentHttp
@@ -55,11 +56,11 @@ STORE_PING_INTERVAL_S = 2.0
 def redact_url(url: str) -> str:
     """A URL without its user and password (a Redis URL's credentials never reach a log)."""
     parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
+    # Split by hand: a Sentinel or Cluster URL lists several host:port, which `parts.port` refuses.
+    _, at, hosts = parts.netloc.rpartition("@")
+    if not at:
         return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, f"***@{netloc}", parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, f"***@{hosts}", parts.path, parts.query, parts.fragment))
 
 
 def policy_file_sha256(path: str) -> str:
@@ -100,7 +101,10 @@ class Gateway:
         self.policy_sha256 = policy_file_sha256(settings.policy_path)
         metrics.set_build_info(self.policy_sha256)
         self.audit = _open_audit(settings)
-        self.store: BudgetStore = open_store(settings.redis_url)
+        self.store: BudgetStore = open_store(
+            settings.redis_url, ca_bundle=settings.redis_ca_bundle, min_replicas=settings.redis_min_replicas
+        )
+        self.run_tokens = RunTokens(run_token_secret(settings))
         self.ssl_context = build_ssl_context(settings.ca_bundle)
         self._runners: list[web.AppRunner] = []
         self._draining = False
@@ -248,7 +252,7 @@ class Gateway:
         robots = RobotsCache()
         return ToolsApi(
             lambda: self.policy.current,
-            ToolCalls(self.store, lambda: self.policy.current),
+            ToolCalls(self.store, lambda: self.policy.current, self.run_tokens),
             FetchTool(self.client, self.extraction, robots, reader),
             SearchTool(self.client, self.store, settings),
             self.audit,

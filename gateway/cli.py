@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings_flags(mcp)
     mcp.add_argument("--connect", help="bridge stdio to a running gateway's /mcp, e.g. http://gw:8080")
     mcp.add_argument("--token", help="bearer token sent to the gateway with --connect")
+    mcp.add_argument("--run-token", dest="run_token", help="run token (X-Egress-Run-Token) sent with --connect")
     mcp.add_argument("--principal", help="in-process: the policy principal to act as (default: the default one)")
 
     tools = commands.add_parser("tools", help="print the tool definitions for function calling")
@@ -169,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gateway.tools.mcp import command as mcp_command  # noqa: PLC0415
 
         if args.connect:
-            return asyncio.run(mcp_command.bridge_stdio(args.connect, args.token))
+            return asyncio.run(mcp_command.bridge_stdio(args.connect, args.token, args.run_token))
         return asyncio.run(mcp_command.serve_stdio(settings, args.principal))
     if args.command == "redirect":
         return commands.redirect(settings, args.action, args.backend)

@@ -34,6 +34,7 @@ class ErrorCode(StrEnum):
     UNAVAILABLE = "unavailable"
     STORE_UNAVAILABLE = "store_unavailable"
     POLICY_CHANGED = "policy_changed"
+    INVALID_RUN_TOKEN = "invalid_run_token"  # noqa: S105 - an error code
     DESTINATION_MISMATCH = "destination_mismatch"
     PROTOCOL_UNKNOWN = "protocol_unknown"
     AUDIT_UNAVAILABLE = "audit_unavailable"
@@ -62,6 +63,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.POLICY_CHANGED: 409,
+    ErrorCode.INVALID_RUN_TOKEN: 403,
     ErrorCode.DESTINATION_MISMATCH: 403,
     ErrorCode.PROTOCOL_UNKNOWN: 403,
     ErrorCode.AUDIT_UNAVAILABLE: 503,

@@ -85,6 +85,9 @@ class Settings:
     search: SearchEngineSettings = field(default_factory=SearchEngineSettings)
     fetch_reader_url: str | None = None
     fetch_reader_key: str | None = None
+    redis_ca_bundle: str | None = None
+    redis_min_replicas: int = 0
+    run_token_secret: str | None = None
     # Transparent interception (gateway/transparent, gateway/dnsguard, gateway/redirect): off when empty.
     transparent_listen: tuple[ListenAddress, ...] = ()
     dns_listen: tuple[ListenAddress, ...] = ()
@@ -155,6 +158,27 @@ def _search_settings(env: Mapping[str, str]) -> SearchEngineSettings:
         template_url=env.get("EGRESS_SEARCH_URL") or None,
         template_key=env.get("EGRESS_SEARCH_KEY") or None,
     )
+
+
+MIN_RUN_TOKEN_SECRET_CHARS = 32
+
+
+def _redis_min_replicas(text: str | None) -> int:
+    if not text:
+        return 0
+    if not text.isdigit() or int(text) > 16:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"EGRESS_REDIS_MIN_REPLICAS: {text!r} is not 0-16")
+    return int(text)
+
+
+def _run_token_secret(text: str | None) -> str | None:
+    if not text:
+        return None
+    if len(text) < MIN_RUN_TOKEN_SECRET_CHARS:
+        raise GatewayError(
+            ErrorCode.INVALID_INPUT, f"EGRESS_RUN_TOKEN_SECRET must be at least {MIN_RUN_TOKEN_SECRET_CHARS} characters"
+        )
+    return text
 
 
 DEFAULT_POLICY = "policies/default.yaml"
@@ -356,6 +380,9 @@ def _build(env: Mapping[str, str], flags: Mapping[str, str | None]) -> Settings:
         search=_search_settings(env),
         fetch_reader_url=env.get("EGRESS_FETCH_READER_URL") or None,
         fetch_reader_key=env.get("EGRESS_FETCH_READER_KEY") or None,
+        redis_ca_bundle=env.get("EGRESS_REDIS_CA_BUNDLE") or None,
+        redis_min_replicas=_redis_min_replicas(env.get("EGRESS_REDIS_MIN_REPLICAS")),
+        run_token_secret=_run_token_secret(env.get("EGRESS_RUN_TOKEN_SECRET")),
         transparent_listen=parse_listen_list(
             pick("transparent_listen", "EGRESS_TRANSPARENT_LISTEN"), "EGRESS_TRANSPARENT_LISTEN"
         ),

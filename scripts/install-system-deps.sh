@@ -5,6 +5,10 @@ set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# Sentinel and Cluster tests: redis-cli creates the cluster; redis-sentinel is the Debian package
+# of the sentinel role (the tests start `redis-server --sentinel` themselves).
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v iptables-restore >/dev/null 2>&1 || need+=(iptables)

@@ -15,7 +15,7 @@ from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess
 from tests.harness.origins import HarnessLoop, OriginFactory
 
-pytest_plugins = ["tests.harness.redis_server"]
+pytest_plugins = ["tests.harness.redis_server", "tests.harness.redis_topologies"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -21,9 +21,11 @@ from gateway.budget.store import (
     check_tool_name,
     concurrency_denied,
     cooldown_denied,
+    live_ids_exhausted,
     remaining,
     run_exhausted,
     step_exhausted,
+    window_exhausted,
 )
 
 # Sweeping is O(entries); doing it at most this often keeps a hot path O(1) amortised.
@@ -40,6 +42,14 @@ _ToolKey = tuple[str, str]
 class _Counter:
     spent: int = 0
     expires_at: float = 0.0
+
+
+@dataclass(slots=True)
+class _Window:
+    # Index of the window (clock // length) this count belongs to; an older index counts 0.
+    index: int
+    spent: int
+    ends_at: float
 
 
 @dataclass(slots=True)
@@ -60,6 +70,10 @@ class _State:
     # lease_id -> expiry, per principal+tool
     leases: dict[_ToolKey, dict[str, float]] = field(default_factory=dict)
     cooldowns: dict[_ToolKey, _Cooldown] = field(default_factory=dict)
+    # (principal, tool, window name) -> that window's count; bounded by the policy's principals.
+    windows: dict[tuple[str, str, str], _Window] = field(default_factory=dict)
+    # live run and step ids (their counter keys) -> expiry, per principal+tool
+    live_ids: dict[_ToolKey, dict[_CounterKey, float]] = field(default_factory=dict)
     cache: dict[str, _CacheEntry] = field(default_factory=dict)
 
 
@@ -87,6 +101,7 @@ class MemoryBudgetStore:
         run_id: str | None,
         step_id: str | None,
         limits: ToolLimits,
+        id_ttl_s: float | None = None,
     ) -> Reservation:
         check_tool_name(tool)
         # Critical section: no await from here to the return, so it is atomic on the loop.
@@ -95,20 +110,17 @@ class MemoryBudgetStore:
         state = self._state
         tool_key: _ToolKey = (principal, tool)
 
-        cooldown = state.cooldowns.get(tool_key)
-        if cooldown is not None and limits.min_interval_s > 0:
-            wait_s = cooldown.started_at + limits.min_interval_s - now
-            if wait_s > 0:
-                raise cooldown_denied(tool, wait_s)
-
+        self._check_cooldown(tool_key, limits, now)
         leases = state.leases.get(tool_key, {})
         for lease_id in [lid for lid, expiry in leases.items() if expiry <= now]:
             del leases[lease_id]
         if len(leases) >= limits.concurrent:
             raise concurrency_denied(tool, len(leases), limits)
-
+        windows = self._window_counts(tool_key, limits, now)
         step_key = _step_key(principal, tool, run_id, step_id)
         run_key = _run_key(principal, tool, run_id)
+        id_keys = [key for key in (run_key, step_key) if key is not None]
+        live = self._check_live_ids(tool_key, id_keys, limits, now)
         step_spent = self._spent(step_key, now)
         if step_key is not None and step_spent >= limits.per_step:
             raise step_exhausted(tool, limits)
@@ -117,13 +129,22 @@ class MemoryBudgetStore:
             raise run_exhausted(tool, limits)
 
         # Every check passed: only now is anything consumed.
+        remaining_windows: dict[str, int] = {}
+        for (name, length_s, limit), (index, spent) in zip(limits.window_limits(), windows, strict=True):
+            state.windows[(principal, tool, name)] = _Window(index, spent + 1, (index + 1) * length_s)
+            remaining_windows[name] = remaining(limit, spent + 1)
+        ttl_s = self._counter_ttl_s if id_ttl_s is None else id_ttl_s
+        for key in id_keys:
+            live[key] = max(live.get(key, 0.0), now + ttl_s)
+        if id_keys:
+            state.live_ids[tool_key] = live
         remaining_step: int | None = None
         if step_key is not None:
-            self._charge(step_key, now)
+            self._charge(step_key, now, ttl_s)
             remaining_step = remaining(limits.per_step, step_spent + 1)
         remaining_run: int | None = None
         if run_key is not None:
-            self._charge(run_key, now)
+            self._charge(run_key, now, ttl_s)
             remaining_run = remaining(limits.per_run, run_spent + 1)
         if limits.min_interval_s > 0:
             state.cooldowns[tool_key] = _Cooldown(now, now + limits.min_interval_s)
@@ -138,7 +159,41 @@ class MemoryBudgetStore:
             lease_id=lease_id,
             remaining_step=remaining_step,
             remaining_run=remaining_run,
+            remaining_windows=remaining_windows,
         )
+
+    def _check_cooldown(self, tool_key: _ToolKey, limits: ToolLimits, now: float) -> None:
+        cooldown = self._state.cooldowns.get(tool_key)
+        if cooldown is not None and limits.min_interval_s > 0:
+            wait_s = cooldown.started_at + limits.min_interval_s - now
+            if wait_s > 0:
+                raise cooldown_denied(tool_key[1], wait_s)
+
+    def _window_counts(self, tool_key: _ToolKey, limits: ToolLimits, now: float) -> list[tuple[int, int]]:
+        """(index, spent) of each current window, shortest first; a spent window refuses."""
+        principal, tool = tool_key
+        counts: list[tuple[int, int]] = []
+        for name, length_s, limit in limits.window_limits():
+            index = int(now // length_s)
+            window = self._state.windows.get((principal, tool, name))
+            spent = window.spent if window is not None and window.index == index else 0
+            if spent >= limit:
+                raise window_exhausted(tool, name, limit, (index + 1) * length_s - now)
+            counts.append((index, spent))
+        return counts
+
+    def _check_live_ids(
+        self, tool_key: _ToolKey, id_keys: list[_CounterKey], limits: ToolLimits, now: float
+    ) -> dict[_CounterKey, float]:
+        """The principal's live ids (expired ones dropped); refuses ids that would pass the bound."""
+        live = self._state.live_ids.get(tool_key, {})
+        if id_keys:
+            for key in [k for k, expiry in live.items() if expiry <= now]:
+                del live[key]
+            new_ids = sum(1 for key in id_keys if key not in live)
+            if new_ids and len(live) + new_ids > limits.max_live_ids:
+                raise live_ids_exhausted(tool_key[1], limits)
+        return live
 
     async def release(self, reservation: Reservation) -> None:
         tool_key = (reservation.principal, reservation.tool)
@@ -199,14 +254,14 @@ class MemoryBudgetStore:
         counter = self._state.counters.get(key)
         return counter.spent if counter is not None and counter.expires_at > now else 0
 
-    def _charge(self, key: _CounterKey, now: float) -> None:
+    def _charge(self, key: _CounterKey, now: float, ttl_s: float) -> None:
         counter = self._state.counters.get(key)
         if counter is None or counter.expires_at <= now:
             counter = _Counter()
             self._state.counters[key] = counter
         counter.spent += 1
-        # Idle expiry, as on Redis: each reservation pushes the deadline out again.
-        counter.expires_at = now + self._counter_ttl_s
+        # Idle expiry, as on Redis: each reservation pushes the deadline out again, never in.
+        counter.expires_at = max(counter.expires_at, now + ttl_s)
 
     def _maybe_sweep(self, now: float) -> None:
         if now < self._next_sweep_at:
@@ -222,8 +277,20 @@ class MemoryBudgetStore:
                 del state.leases[tool_key]
         for tool_key in [k for k, c in state.cooldowns.items() if c.expires_at <= now]:
             del state.cooldowns[tool_key]
+        for window_key in [k for k, w in state.windows.items() if w.ends_at <= now]:
+            del state.windows[window_key]
+        for tool_key, live in list(state.live_ids.items()):
+            for id_key in [k for k, expiry in live.items() if expiry <= now]:
+                del live[id_key]
+            if not live:
+                del state.live_ids[tool_key]
         for cache_key in [k for k, e in state.cache.items() if e.expires_at <= now]:
             del state.cache[cache_key]
+
+    def live_id_count(self, principal: str, tool: str) -> int:
+        """Live run and step ids of one principal and tool, for tests of the bound."""
+        now = self._clock()
+        return sum(1 for expiry in self._state.live_ids.get((principal, tool), {}).values() if expiry > now)
 
     def entry_count(self) -> int:
         """How many entries the store holds, for tests that check it stays bounded."""
@@ -232,6 +299,8 @@ class MemoryBudgetStore:
             len(state.counters)
             + sum(len(leases) for leases in state.leases.values())
             + len(state.cooldowns)
+            + len(state.windows)
+            + sum(len(live) for live in state.live_ids.values())
             + len(state.cache)
         )
 

@@ -7,11 +7,18 @@ touches a clock, a socket or a policy file: limits arrive with each call.
 Contract of `reserve`, atomic as a whole and taken before any network access:
 1. cooldown: a start less than `min_interval_s` ago for principal+tool -> `cooldown`;
 2. concurrency: unexpired leases for principal+tool >= `concurrent` -> `concurrency_limited`;
-3. step, then run: reservations already taken >= the limit -> `quota_exhausted`;
-only when all pass: count one against step and run, record the start, add a lease expiring after
-`lease_ttl_s`. A denial consumes nothing. `release` frees the lease only: the reservation stays
-counted (failed, cancelled and timed-out attempts count). Runs are scoped to principal+tool,
-steps to principal+tool+run, so another principal's ids never share a budget.
+3. windows, minute then hour then day: reservations of principal+tool in the current window >=
+   its limit -> `quota_exhausted` (`budget`: the window's name, `retry_after_s` to its end). No id
+   is involved, so no header an agent sends can reset them;
+4. live ids: the run or step id is not live yet and principal+tool already has `max_live_ids`
+   live ids -> `quota_exhausted` (`budget`: `live_ids`);
+5. step, then run: reservations already taken >= the limit -> `quota_exhausted`;
+only when all pass: count one against each window, step and run, mark the ids live, record the
+start, add a lease expiring after `lease_ttl_s`. A denial consumes nothing. `release` frees the
+lease only: the reservation stays counted (failed, cancelled and timed-out attempts count). Runs
+are scoped to principal+tool, steps to principal+tool+run, so another principal's ids never
+share a budget. An id and its counters stay live `id_ttl_s` after their latest reservation (the
+run token's remaining lifetime; `COUNTER_IDLE_TTL_S` when not given), never shortened.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ class BudgetStore(Protocol):
         run_id: str | None,
         step_id: str | None,
         limits: ToolLimits,
+        id_ttl_s: float | None = None,
     ) -> Reservation: ...
 
     async def release(self, reservation: Reservation) -> None: ...
@@ -105,4 +113,22 @@ def run_exhausted(tool: str, limits: ToolLimits) -> GatewayError:
         ErrorCode.QUOTA_EXHAUSTED,
         f"{tool}: run budget spent ({limits.per_run} reservations per run)",
         extra={"budget": "run"},
+    )
+
+
+def window_exhausted(tool: str, window: str, limit: int, retry_after_s: float) -> GatewayError:
+    wait_s = math.ceil(retry_after_s * 1000) / 1000
+    return GatewayError(
+        ErrorCode.QUOTA_EXHAUSTED,
+        f"{tool}: {window} quota spent ({limit} reservations per {window}); retry after {wait_s:.3f} s",
+        retry_after_s=wait_s,
+        extra={"budget": window},
+    )
+
+
+def live_ids_exhausted(tool: str, limits: ToolLimits) -> GatewayError:
+    return GatewayError(
+        ErrorCode.QUOTA_EXHAUSTED,
+        f"{tool}: {limits.max_live_ids} run and step ids are live; no new id until one expires",
+        extra={"budget": "live_ids"},
     )

@@ -61,6 +61,7 @@ POLICY_CODES: frozenset[str] = frozenset(
         ErrorCode.CONCURRENCY_LIMITED,
         ErrorCode.COOLDOWN,
         ErrorCode.AUDIT_UNAVAILABLE,
+        ErrorCode.INVALID_RUN_TOKEN,
         "destination_mismatch",
         "protocol_unknown",
     }

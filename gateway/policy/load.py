@@ -24,6 +24,7 @@ from gateway.policy.model import (
     EgressRule,
     FetchSettings,
     InternalHostRule,
+    Orchestrator,
     Policy,
     Principal,
     ProxySettings,
@@ -218,12 +219,15 @@ def normalise_glob(text: str) -> str | None:
 
 
 def _tool_budget(reader: _Reader, node: yaml.Node, where: str, base: ToolLimits) -> ToolLimits:
-    keys = {"per_step", "per_run", "concurrent", "min_interval_s", "lease_ttl_s"}
+    counts = ("per_step", "per_run", "concurrent", "per_minute", "per_hour", "per_day", "max_live_ids")
+    keys = {*counts, "min_interval_s", "lease_ttl_s"}
     items = reader.mapping(node, where, keys)
     changes: dict[str, Any] = {}
-    for key in ("per_step", "per_run", "concurrent"):
+    for key in counts:
         if key in items:
-            value = reader.integer(items[key], f"{where}.{key}", 0, 1_000_000)
+            # Windows may be set very high to effectively lift them; they cannot be turned off.
+            high = 1_000_000_000 if key.startswith(("per_minute", "per_hour", "per_day")) else 1_000_000
+            value = reader.integer(items[key], f"{where}.{key}", 0, high)
             if value is not None:
                 changes[key] = value
     # A lease must live a while or every slot frees itself at once; an interval may be 0.
@@ -302,6 +306,38 @@ def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
     return replace(principal, token_sha256=token, egress=egress, tools=tools, budgets=budgets, mode=mode)  # type: ignore[arg-type]
 
 
+def _orchestrators(reader: _Reader, node: yaml.Node, principals: dict[str, Principal]) -> dict[str, Orchestrator]:
+    """`orchestrators:` name -> {token_sha256, principals, max_ttl_s} (the run token minters)."""
+    out: dict[str, Orchestrator] = {}
+    for name, entry in reader.mapping(node, "orchestrators", set()).items():
+        where = f"orchestrators.{name}"
+        if not _PRINCIPAL_NAME.match(name):
+            reader.error(entry, f"orchestrator name {name!r} must be 1-64 letters, digits, '.', '_' or '-'")
+            continue
+        items = reader.mapping(entry, where, {"token_sha256", "principals", "max_ttl_s"})
+        token = reader.string(items["token_sha256"], f"{where}.token_sha256") if "token_sha256" in items else None
+        if "token_sha256" not in items:
+            reader.error(entry, f"{where}.token_sha256 is required")
+        elif token is not None and not _SHA256_HEX.match(token):
+            reader.error(items["token_sha256"], f"{where}.token_sha256 must be 64 lowercase hex digits")
+            token = None
+        names: list[str] = []
+        if "principals" in items:
+            for item in reader.sequence(items["principals"], f"{where}.principals"):
+                text = reader.string(item, f"{where}.principals")
+                if text is not None and text != "*" and text not in principals:
+                    reader.error(item, f"{where}.principals: no principal named {text!r}")
+                elif text is not None:
+                    names.append(text)
+        max_ttl_s = 86_400.0
+        if "max_ttl_s" in items:
+            number = reader.number(items["max_ttl_s"], f"{where}.max_ttl_s", 1.0, 86_400.0 * 7)
+            max_ttl_s = number if number is not None else max_ttl_s
+        if token is not None:
+            out[name] = Orchestrator(name, token, tuple(names), max_ttl_s)
+    return out
+
+
 def _defaults(reader: _Reader, node: yaml.Node) -> Defaults:
     items = reader.mapping(node, "defaults", {"mode", "ports", "literal_ips", "allow_cidrs", "deny_cidrs"})
     defaults = Defaults()
@@ -337,7 +373,9 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     if root is None:
         raise PolicyError([f"{source}:1: the policy file is empty"])
     top = reader.mapping(
-        root, "policy", {"version", "defaults", "principals", "fetch", "search", "proxy", "transparent"}
+        root,
+        "policy",
+        {"version", "defaults", "principals", "fetch", "search", "proxy", "transparent", "orchestrators"},
     )
     version = reader.integer(top["version"], "version", 1, 1) if "version" in top else None
     if "version" not in top:
@@ -353,6 +391,11 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     hashes = [p.token_sha256 for p in principals.values() if p.token_sha256]
     if len(hashes) != len(set(hashes)):
         reader.error(top.get("principals", root), "two principals share one token_sha256")
+    orchestrators = _orchestrators(reader, top["orchestrators"], principals) if "orchestrators" in top else {}
+    # An agent whose token also minted run tokens could vouch for itself.
+    minting = [o.token_sha256 for o in orchestrators.values()]
+    if len(minting) != len(set(minting)) or set(minting) & set(hashes):
+        reader.error(top["orchestrators"], "an orchestrator's token_sha256 must be its own (not a principal's)")
     fetch = reader.dataclass_fields(top["fetch"], "fetch", FetchSettings()) if "fetch" in top else FetchSettings()
     search = reader.dataclass_fields(top["search"], "search", SearchSettings()) if "search" in top else SearchSettings()
     proxy = reader.dataclass_fields(top["proxy"], "proxy", ProxySettings()) if "proxy" in top else ProxySettings()
@@ -362,7 +405,17 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     if reader.errors:
         raise PolicyError(reader.errors)
     assert version is not None
-    return Policy(version, defaults, principals, fetch, search, proxy, source, transparent)
+    return Policy(
+        version,
+        defaults,
+        principals,
+        fetch,
+        search,
+        proxy,
+        source,
+        transparent=transparent,
+        orchestrators=orchestrators,
+    )
 
 
 def load_policy_file(path: str | os.PathLike[str]) -> Policy:

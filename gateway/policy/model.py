@@ -40,6 +40,13 @@ class ToolSwitches:
     fetch: bool = False
 
 
+DEFAULT_MAX_LIVE_IDS = 1000
+# Window quotas: name, length. Windows are fixed and aligned to the store's clock (a minute
+# window is one clock minute), so a burst across a boundary can take up to two windows' worth;
+# the next shorter window bounds that burst.
+WINDOWS: tuple[tuple[str, float], ...] = (("minute", 60.0), ("hour", 3600.0), ("day", 86_400.0))
+
+
 @dataclass(frozen=True, slots=True)
 class ToolLimits:
     """Budget limits for one tool of one principal, as the policy sets them.
@@ -49,6 +56,10 @@ class ToolLimits:
     `min_interval_s` is the minimum time between two starts (0 means none); a lease that is never
     released (a crashed worker) frees its slot after `lease_ttl_s`. The budget stores take this
     value per call, so a reload changes the limits of the next call.
+
+    `per_minute`, `per_hour` and `per_day` (issue 12) bound the principal's reservations of this
+    tool in each window whatever ids a call carries (None: no such window); `max_live_ids` bounds
+    how many run and step ids of the principal and tool are live (counted) at once.
     """
 
     per_step: int
@@ -56,11 +67,17 @@ class ToolLimits:
     concurrent: int
     min_interval_s: float
     lease_ttl_s: float = 45.0
+    per_minute: int | None = None
+    per_hour: int | None = None
+    per_day: int | None = None
+    max_live_ids: int = DEFAULT_MAX_LIVE_IDS
 
     def __post_init__(self) -> None:
         # A negative or NaN limit would silently turn a check off; refuse it when the policy loads.
-        for name in ("per_step", "per_run", "concurrent"):
+        for name in ("per_step", "per_run", "concurrent", "max_live_ids", "per_minute", "per_hour", "per_day"):
             value = getattr(self, name)
+            if value is None and name in ("per_minute", "per_hour", "per_day"):
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
         if not math.isfinite(self.min_interval_s) or self.min_interval_s < 0:
@@ -68,9 +85,24 @@ class ToolLimits:
         if not math.isfinite(self.lease_ttl_s) or self.lease_ttl_s <= 0:
             raise ValueError(f"lease_ttl_s must be > 0, got {self.lease_ttl_s!r}")
 
+    def window_limits(self) -> tuple[tuple[str, float, int], ...]:
+        """(name, length in seconds, limit) of each window this tool has, shortest first."""
+        out: list[tuple[str, float, int]] = []
+        for name, length_s in WINDOWS:
+            limit = getattr(self, f"per_{name}")
+            if limit is not None:
+                out.append((name, length_s, limit))
+        return tuple(out)
 
-DEFAULT_SEARCH_BUDGET = ToolLimits(per_step=20, per_run=100, concurrent=1, min_interval_s=2.0)
-DEFAULT_FETCH_BUDGET = ToolLimits(per_step=40, per_run=200, concurrent=3, min_interval_s=0.0)
+
+# Issue 12's windows sit above what the per-run budgets and the search interval allow one run
+# (search: 2 s apart is at most 30 a minute), so they bind only an agent that rotates ids.
+DEFAULT_SEARCH_BUDGET = ToolLimits(
+    per_step=20, per_run=100, concurrent=1, min_interval_s=2.0, per_minute=30, per_hour=300, per_day=2000
+)
+DEFAULT_FETCH_BUDGET = ToolLimits(
+    per_step=40, per_run=200, concurrent=3, min_interval_s=0.0, per_minute=120, per_hour=1000, per_day=5000
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +119,24 @@ class Principal:
     tools: ToolSwitches = field(default_factory=ToolSwitches)
     budgets: Budgets = field(default_factory=Budgets)
     mode: Mode | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Orchestrator:
+    """A trusted party that vouches for run ids by minting run tokens (`POST /v1/runs`).
+
+    Its own credential (`token_sha256`), never shared with a principal: an agent holding only
+    its principal token can name a run id but never make it count. `principals` lists whom it
+    may mint for (`("*",)` for all); `max_ttl_s` caps a token's lifetime.
+    """
+
+    name: str
+    token_sha256: str
+    principals: tuple[str, ...] = ()
+    max_ttl_s: float = 86_400.0
+
+    def may_mint_for(self, principal: str) -> bool:
+        return "*" in self.principals or principal in self.principals
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +228,7 @@ class Policy:
     search: SearchSettings = field(default_factory=SearchSettings)
     proxy: ProxySettings = field(default_factory=ProxySettings)
     source: str = "<memory>"
+    orchestrators: dict[str, Orchestrator] = field(default_factory=dict)
     transparent: TransparentSettings = field(default_factory=TransparentSettings)
 
     @property

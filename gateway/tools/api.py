@@ -31,7 +31,7 @@ from gateway.observe.audit import (
 )
 from gateway.policy.decide import authenticate, decide_destination
 from gateway.policy.model import LoadedPolicy
-from gateway.tools.call_guard import CallContext, ToolCalls, parse_budget_id, require_tool
+from gateway.tools.call_guard import CallContext, ToolCalls, require_tool
 from gateway.tools.fetch import FetchTool, parse_fetch_args
 from gateway.tools.mcp.http import McpHttpEndpoint
 from gateway.tools.openapi import openapi_document
@@ -86,6 +86,7 @@ class ToolsApi:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES, middlewares=[json_http_errors])
         app.router.add_post("/v1/fetch", self.handle_fetch)
         app.router.add_post("/v1/search", self.handle_search)
+        app.router.add_post("/v1/runs", self.handle_mint_run_token)
         app.router.add_get("/v1/tools", self.handle_tools)
         app.router.add_get("/openapi.json", self.handle_openapi)
         McpHttpEndpoint(self).add_routes(app)
@@ -106,12 +107,12 @@ class ToolsApi:
                 raise GatewayError(ErrorCode.AUTH_REQUIRED, "Authorization must be 'Bearer <token>'")
             token = value.strip()
         principal = authenticate(loaded.policy, None, token)
-        return CallContext(
-            principal=principal,
-            loaded=loaded,
-            run_id=parse_budget_id(request.headers.get("X-Egress-Run"), "X-Egress-Run"),
-            step_id=parse_budget_id(request.headers.get("X-Egress-Step"), "X-Egress-Step"),
-        )
+        # Run and step ids count only under a run token (issue 12): see tools/run_tokens.py.
+        return self._calls.context(principal, loaded, request.headers)
+
+    def meta_context(self, context: CallContext, run_meta: str | None, step_meta: str | None) -> CallContext:
+        """An MCP call's `_meta` run and step, counted only under the request's run token."""
+        return self._calls.with_meta_ids(context, run_meta, step_meta)
 
     @staticmethod
     async def _payload(request: web.Request) -> Any:
@@ -131,7 +132,12 @@ class ToolsApi:
         try:
             context = await self._context(request)
             principal_name, generation = context.principal.name, context.loaded.generation
-            audit.update(run=context.run_id, step=context.step_id)
+            # The ids as the agent sent them, for correlation; `run_vouched` says whether they counted.
+            audit.update(
+                run=context.run_id or context.vouched.claimed_run,
+                step=context.step_id or context.vouched.claimed_step,
+                run_vouched=context.vouched.claims is not None,
+            )
             payload = await self._payload(request)
             result = await self.invoke(tool, context, payload, audit)
         except GatewayError as exc:
@@ -245,6 +251,46 @@ class ToolsApi:
             return result
 
         return await self._calls.run("search", context, work)
+
+    async def handle_mint_run_token(self, request: web.Request) -> web.Response:
+        """`POST /v1/runs`: an orchestrator mints a run token for one of its principals."""
+        started = time.perf_counter()
+        loaded = self._policy_source()
+        orchestrator: str | None = None
+        try:
+            minter = self._calls.run_tokens.authenticate_orchestrator(
+                loaded.policy, request.headers.get("Authorization")
+            )
+            orchestrator = minter.name
+            minted = self._calls.run_tokens.mint(loaded.policy, minter, await self._payload(request))
+        except GatewayError as exc:
+            self._audit_mint(orchestrator, None, loaded.generation, started, exc)
+            return error_response(exc)
+        self._audit_mint(orchestrator, str(minted["principal"]), loaded.generation, started, None)
+        return _json_response(minted)
+
+    def _audit_mint(
+        self,
+        orchestrator: str | None,
+        principal: str | None,
+        generation: int,
+        started: float,
+        error: GatewayError | None,
+    ) -> None:
+        # The token itself and the run id are never logged: the token is a credential.
+        self._audit.decision(
+            kind="run_token",
+            principal=principal,
+            host=None,
+            port=None,
+            decision="deny" if error else "allow",
+            code=str(error.code) if error else None,
+            reason=error.message if error else None,
+            generation=generation,
+            duration_s=round(time.perf_counter() - started, 6),
+            orchestrator=orchestrator,
+        )
+        self._audit.flush()
 
     async def handle_fetch(self, request: web.Request) -> web.Response:
         return await self._handle("fetch", request)

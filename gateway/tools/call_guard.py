@@ -1,8 +1,10 @@
 """Permission, budget and policy-generation checks around one tool call.
 
 Order (issue 5): the tool switch is checked when a call starts (`require_tool`, once, by the
-caller, before it even parses the arguments); a reservation is taken
-atomically before any network access (denials before it cost nothing); the lease is released
+caller, before it even parses the arguments); a reservation is taken atomically before any
+network access (denials before it cost nothing), against the principal's window quotas always
+and against run and step ids only when a run token vouched for them (issue 12,
+`run_tokens.py`), with the token's narrower limits; the lease is released
 whatever happens (the reservation stays counted); before the result is returned the policy
 generation is compared with the one the call started under, and a changed policy drops the
 result with `policy_changed` even when the new policy would allow it.
@@ -10,8 +12,7 @@ result with `policy_changed` even when the new policy would allow it.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,10 +20,11 @@ from gateway.budget import BudgetStore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.policy.model import LoadedPolicy, Principal, ToolLimits
+from gateway.tools.run_tokens import NO_IDS, RunTokens, VouchedIds, parse_budget_id
+
+__all__ = ["CallContext", "ToolCalls", "parse_budget_id", "require_tool"]
 
 Tool = Literal["search", "fetch"]
-MAX_BUDGET_ID_CHARS = 200
-_BUDGET_ID = re.compile(r"^[\x21-\x7e]{1,200}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,17 +33,8 @@ class CallContext:
     loaded: LoadedPolicy
     run_id: str | None
     step_id: str | None
-
-
-def parse_budget_id(value: str | None, header: str) -> str | None:
-    """Run and step ids are opaque printable ASCII; anything else is refused, never reshaped."""
-    if value is None or value == "":
-        return None
-    if not _BUDGET_ID.match(value):
-        raise GatewayError(
-            ErrorCode.INVALID_INPUT, f"{header} must be 1-{MAX_BUDGET_ID_CHARS} printable ASCII characters"
-        )
-    return value
+    # What vouched for run_id / step_id; empty (no ids) for a call without a run token.
+    vouched: VouchedIds = NO_IDS
 
 
 def require_tool(principal: Principal, tool: Tool) -> None:
@@ -52,9 +45,24 @@ def require_tool(principal: Principal, tool: Tool) -> None:
 class ToolCalls:
     """Runs tool work under the checks above. One per process, sharing the budget store."""
 
-    def __init__(self, store: BudgetStore, policy_source: Callable[[], LoadedPolicy]) -> None:
+    def __init__(self, store: BudgetStore, policy_source: Callable[[], LoadedPolicy], run_tokens: RunTokens) -> None:
         self._store = store
         self._policy_source = policy_source
+        self.run_tokens = run_tokens
+
+    def context(self, principal: Principal, loaded: LoadedPolicy, headers: Mapping[str, str]) -> CallContext:
+        """The call's context with only the ids a run token vouches for (see `run_tokens.py`)."""
+        vouched = self.run_tokens.vouch(loaded.policy, principal, headers)
+        return CallContext(principal, loaded, vouched.run_id, vouched.step_id, vouched)
+
+    def with_meta_ids(self, context: CallContext, run_meta: str | None, step_meta: str | None) -> CallContext:
+        """`context` with the run and step an MCP call's `_meta` names, if its run token allows."""
+        vouched = self.run_tokens.with_meta_ids(
+            context.vouched,
+            parse_budget_id(run_meta, "_meta run"),
+            parse_budget_id(step_meta, "_meta step"),
+        )
+        return CallContext(context.principal, context.loaded, vouched.run_id, vouched.step_id, vouched)
 
     async def run(
         self,
@@ -70,7 +78,8 @@ class ToolCalls:
                 tool=tool,
                 run_id=context.run_id,
                 step_id=context.step_id,
-                limits=limits,
+                limits=context.vouched.limits(tool, limits),
+                id_ttl_s=context.vouched.id_ttl_s,
             )
         except GatewayError as exc:
             metrics.BUDGET_DENIALS.labels(tool=tool, code=str(exc.code)).inc()

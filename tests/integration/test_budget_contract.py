@@ -29,9 +29,10 @@ from gateway.errors import ErrorCode, GatewayError
 
 if TYPE_CHECKING:
     from tests.harness.redis_server import RedisServer
+    from tests.harness.redis_topologies import ClusterNodes, TlsRedis
 
-# Loaded as a plugin, not imported at run time, so pytest can rewrite its asserts.
-pytest_plugins = ["tests.harness.redis_server"]
+# The fixtures come from the plugins the root conftest loads (tests.harness.redis_server and
+# redis_topologies); imported here for types only.
 
 # Generous bounds on waits that poll for a state change; they bound a hang, they do not time it.
 SETTLE_DEADLINE_S = 5.0
@@ -57,15 +58,22 @@ def namespace() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def store(
-    request: pytest.FixtureRequest, redis_server: RedisServer, namespace: str
-) -> AsyncIterator[BudgetStore]:
+@pytest.fixture(params=["memory", "redis", "redis-cluster", "redis-tls"])
+async def store(request: pytest.FixtureRequest, namespace: str) -> AsyncIterator[BudgetStore]:
+    """Each store under the one contract: memory, one server, a three-node cluster (every key of a
+    principal in one slot, so the script stays atomic) and a TLS-only server (`rediss://`)."""
     opened: BudgetStore
     if request.param == "memory":
         opened = MemoryBudgetStore()
+    elif request.param == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        opened = RedisBudgetStore(server.url, namespace=namespace)
+    elif request.param == "redis-cluster":
+        cluster: ClusterNodes = request.getfixturevalue("redis_cluster")
+        opened = RedisBudgetStore(cluster.url, namespace=namespace)
     else:
-        opened = RedisBudgetStore(redis_server.url, namespace=namespace)
+        tls: TlsRedis = request.getfixturevalue("redis_tls")
+        opened = RedisBudgetStore(tls.url, namespace=namespace, ca_bundle=str(tls.ca_path))
     yield opened
     await opened.close()
 
@@ -78,8 +86,11 @@ async def reserve(
     tool: str = "fetch",
     run_id: str | None = "run-1",
     step_id: str | None = "step-1",
+    id_ttl_s: float | None = None,
 ) -> Reservation:
-    return await store.reserve(principal=principal, tool=tool, run_id=run_id, step_id=step_id, limits=lim)
+    return await store.reserve(
+        principal=principal, tool=tool, run_id=run_id, step_id=step_id, limits=lim, id_ttl_s=id_ttl_s
+    )
 
 
 async def denial(awaitable: Awaitable[object]) -> GatewayError:
@@ -262,6 +273,92 @@ async def test_a_retried_step_does_not_get_a_fresh_budget(store: BudgetStore) ->
         assert (await denial(reserve(store, lim))).code is ErrorCode.QUOTA_EXHAUSTED
 
 
+async def test_rotating_run_and_step_ids_is_still_stopped_by_the_minute_window(store: BudgetStore) -> None:
+    lim = limits(per_minute=3)
+    for i in range(3):
+        granted = await reserve(store, lim, run_id=f"fresh-run-{i}", step_id=f"fresh-step-{i}")
+        assert granted.counts.to_json()["minute"] == {"remaining": 2 - i}
+    for run_id, step_id in (("fresh-run-9", "s"), (None, None), ("run-x", None)):
+        error = await denial(reserve(store, lim, run_id=run_id, step_id=step_id))
+        assert error.code is ErrorCode.QUOTA_EXHAUSTED
+        assert error.extra == {"budget": "minute"}
+        assert error.retry_after_s is not None
+        assert 0 < error.retry_after_s <= 60
+    # The window is the principal's and the tool's: another principal and another tool are free.
+    await reserve(store, lim, principal="other-agent")
+    await reserve(store, lim, tool="search")
+
+
+@pytest.mark.parametrize("window", ["minute", "hour", "day"])
+async def test_each_window_is_enforced_before_the_step_and_run_budgets(store: BudgetStore, window: str) -> None:
+    lim = limits(per_step=1, per_run=1, **{f"per_{window}": 1})
+    await reserve(store, lim)
+    # Step, run and window are all spent: the window answers first.
+    error = await denial(reserve(store, lim))
+    assert error.extra == {"budget": window}
+
+
+async def test_a_denial_costs_no_window_quota(store: BudgetStore) -> None:
+    lim = limits(per_minute=3, per_step=1)
+    await reserve(store, lim)
+    for _ in range(3):
+        assert (await denial(reserve(store, lim))).extra == {"budget": "step"}
+    assert (await reserve(store, lim, step_id="step-2")).counts.to_json()["minute"] == {"remaining": 1}
+    assert (await reserve(store, lim, step_id="step-3")).counts.to_json()["minute"] == {"remaining": 0}
+    assert (await denial(reserve(store, lim, step_id="step-4"))).extra == {"budget": "minute"}
+
+
+async def test_the_number_of_live_ids_per_principal_and_tool_is_bounded(store: BudgetStore) -> None:
+    lim = limits(max_live_ids=3)
+    await reserve(store, lim, run_id="r1", step_id="s1")  # two ids: the run and its step
+    await reserve(store, lim, run_id="r1", step_id="s2")  # one more
+    error = await denial(reserve(store, lim, run_id="r1", step_id="s3"))
+    assert error.code is ErrorCode.QUOTA_EXHAUSTED
+    assert error.extra == {"budget": "live_ids"}
+    assert (await denial(reserve(store, lim, run_id="r2", step_id=None))).extra == {"budget": "live_ids"}
+    # Live ids keep working, and a call without ids is not affected.
+    await reserve(store, lim, run_id="r1", step_id="s1")
+    await reserve(store, lim, run_id="r1", step_id=None)
+    await reserve(store, lim, run_id=None, step_id=None)
+    # The bound is per principal.
+    await reserve(store, lim, principal="other-agent", run_id="r2", step_id="s1")
+
+
+async def test_ids_and_their_counters_are_forgotten_when_their_ttl_passes(store: BudgetStore) -> None:
+    lim = limits(max_live_ids=2, per_step=1)
+    await reserve(store, lim, run_id="short", step_id="s", id_ttl_s=0.3)
+    assert (await denial(reserve(store, lim, run_id="other", step_id=None, id_ttl_s=60))).extra == {
+        "budget": "live_ids"
+    }
+    # Once the token's lifetime is over, the ids leave the live set and their counters go.
+    deadline = time.monotonic() + SETTLE_DEADLINE_S
+    while True:
+        # The same step again: refused while its counter lives, a fresh budget after.
+        outcome = await asyncio.gather(
+            reserve(store, lim, run_id="short", step_id="s", id_ttl_s=60), return_exceptions=True
+        )
+        again = outcome[0]
+        if isinstance(again, Reservation):
+            break
+        assert isinstance(again, GatewayError)
+        assert again.extra == {"budget": "step"}
+        assert time.monotonic() < deadline, "the ids outlived their ttl"
+        await asyncio.sleep(0.05)
+    assert again.remaining_step == 0
+    assert (await denial(reserve(store, lim, run_id="other", step_id=None, id_ttl_s=60))).extra == {
+        "budget": "live_ids"
+    }
+
+
+async def test_a_shorter_ttl_never_cuts_a_longer_one_short(store: BudgetStore) -> None:
+    lim = limits(per_step=1)
+    await reserve(store, lim, run_id="long", step_id="s", id_ttl_s=60)
+    await asyncio.sleep(0)
+    await reserve(store, lim, run_id="long", step_id="s2", id_ttl_s=0.1)
+    await asyncio.sleep(0.3)
+    assert (await denial(reserve(store, lim, run_id="long", step_id="s", id_ttl_s=0.1))).extra == {"budget": "step"}
+
+
 ODD_VALUES = {
     "colon": "a:b:c",
     "glob": "*",
@@ -319,12 +416,22 @@ async def test_ping_answers_true_while_the_store_is_up(store: BudgetStore) -> No
 
 @pytest.mark.parametrize(("concurrent", "per_step"), [(1000, 20), (3, 1000)], ids=["step", "slots"])
 async def test_concurrent_reservations_on_one_store_are_exact(
-    store: BudgetStore, concurrent: int, per_step: int
+    store: BudgetStore, concurrent: int, per_step: int, request: pytest.FixtureRequest
 ) -> None:
     lim = limits(per_step=per_step, concurrent=concurrent)
     outcomes = await asyncio.gather(*(reserve(store, lim) for _ in range(200)), return_exceptions=True)
     granted = [o for o in outcomes if isinstance(o, Reservation)]
     assert len(granted) == min(concurrent, per_step)
+    # Every refusal is the limit's own: a burst never turns into store errors (redis-py's cluster
+    # client broke under concurrent first calls until the script was loaded once, up front).
+    refusals = [o for o in outcomes if not isinstance(o, Reservation)]
+    assert all(isinstance(o, GatewayError) for o in refusals), refusals[:3]
+    expected = {ErrorCode.QUOTA_EXHAUSTED, ErrorCode.CONCURRENCY_LIMITED}
+    if request.node.callspec.params["store"] == "redis-tls":
+        # A cold burst opens up to 32 TLS connections at once; on a loaded 2-core machine some
+        # handshakes pass the 1 s connect timeout, and those calls fail closed.
+        expected.add(ErrorCode.STORE_UNAVAILABLE)
+    assert {o.code for o in refusals if isinstance(o, GatewayError)} <= expected
     assert len({g.lease_id for g in granted}) == len(granted)
 
 
@@ -462,6 +569,34 @@ async def test_every_redis_key_has_a_ttl_and_no_raw_input(redis_server: RedisSer
         assert types[b"last_start"] == b"string"
     finally:
         await client.aclose()
+
+
+async def test_a_tls_server_not_trusted_by_the_ca_bundle_fails_closed(redis_tls: TlsRedis) -> None:
+    # No CA bundle: the test CA is not among the default roots, so the handshake is refused.
+    untrusted = RedisBudgetStore(redis_tls.url, namespace="untrusted")
+    try:
+        assert await untrusted.ping() is False
+        error = await denial(reserve(untrusted, limits()))
+        assert error.code is ErrorCode.STORE_UNAVAILABLE
+    finally:
+        await untrusted.close()
+    trusted = RedisBudgetStore(redis_tls.url, namespace="trusted", ca_bundle=str(redis_tls.ca_path))
+    try:
+        assert await trusted.ping() is True
+    finally:
+        await trusted.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:6379", "redis+sentinel://127.0.0.1:26379", "redis://a:1,b:2", "redis+cluster://h:x"],
+    ids=["scheme", "sentinel-without-service", "two-hosts-single", "bad-port"],
+)
+async def test_a_malformed_redis_url_is_invalid_input_at_start(url: str) -> None:
+    with pytest.raises(GatewayError) as caught:
+        open_store(url)
+    assert caught.value.code is ErrorCode.INVALID_INPUT
+    assert "EGRESS_REDIS_URL" in caught.value.message
 
 
 async def test_open_store_without_a_url_is_in_memory() -> None:

@@ -24,6 +24,7 @@ from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess, policy_document
 from tests.harness.origins import HarnessLoop, Origin, OriginFactory
 from tests.harness.redis_server import RedisServer
+from tests.harness.run_tokens import SECRET_ENV, TEST_ORCHESTRATORS, run_token
 
 ARTICLE = (
     "<html><head><title>Budgets</title></head><body><article><h1>Budgets</h1><p>Counted.</p></article></body></html>"
@@ -91,7 +92,12 @@ def budgeted_policy(
         "tools": {"search": True, "fetch": True},
         "budgets": budgets,
     }
-    return policy_document(allow_cidrs=[origin.cidr], ports=[80, 443, origin.port], principals={"default": principal})
+    return policy_document(
+        allow_cidrs=[origin.cidr],
+        ports=[80, 443, origin.port],
+        principals={"default": principal},
+        orchestrators=TEST_ORCHESTRATORS,
+    )
 
 
 def new_run() -> str:
@@ -100,7 +106,9 @@ def new_run() -> str:
 
 
 def step_headers(run_id: str, step_id: str = "step-1") -> dict[str, str]:
-    return {"X-Egress-Run": run_id, "X-Egress-Step": step_id}
+    """Headers of a call in a vouched run: a run token for `run_id` (as the test orchestrator
+    holding the gateways' secret would mint it) and the step id."""
+    return {"X-Egress-Run-Token": run_token(run_id), "X-Egress-Step": step_id}
 
 
 def fetch(
@@ -112,6 +120,12 @@ def fetch(
     return httpx.post(
         f"{gateway.api_url}/v1/fetch", json=dict(payload or {"url": url}), headers=dict(headers or {}), timeout=20
     )
+
+
+def ids_budget(response: httpx.Response) -> dict[str, Any]:
+    """The id-keyed part of a result's `budget` (the window counts move with every call)."""
+    budget: dict[str, Any] = response.json()["budget"]
+    return {"step": budget["step"], "run": budget["run"]}
 
 
 def error_code(response: httpx.Response) -> str | None:
@@ -156,7 +170,7 @@ def wait_for_readiness(gateway: GatewayProcess, *, ready: bool) -> dict[str, Any
 
 
 def start_replicas(gateway_factory: GatewayFactory, policy: Mapping[str, Any], redis_url: str) -> list[GatewayProcess]:
-    env = {"EGRESS_REDIS_URL": redis_url}
+    env = {"EGRESS_REDIS_URL": redis_url, **SECRET_ENV}
     return [gateway_factory(policy, env=env, name=f"replica{i}") for i in range(2)]
 
 
@@ -229,7 +243,7 @@ def test_redis_killed_mid_run_fails_closed_keeps_the_daemon_up_and_recovers(
 ) -> None:
     site = HoldingSite(harness_loop)
     origin = origins.start(site.app(), names=["docs.example.org"])
-    env = {"EGRESS_REDIS_URL": private_redis_server.url}
+    env = {"EGRESS_REDIS_URL": private_redis_server.url, **SECRET_ENV}
     gateway = gateway_factory(budgeted_policy(origin), env=env)
     run_id = new_run()
     before = fetch(gateway, origin.url("/article"), step_headers(run_id))
@@ -267,7 +281,7 @@ def test_restarted_gateway_on_the_same_redis_keeps_a_spent_step_spent(
     site = HoldingSite(harness_loop)
     origin = origins.start(site.app(), names=["docs.example.org"])
     policy = budgeted_policy(origin, fetch={"per_step": 2, "per_run": 10})
-    env = {"EGRESS_REDIS_URL": redis_server.url}
+    env = {"EGRESS_REDIS_URL": redis_server.url, **SECRET_ENV}
     first = gateway_factory(policy, env=env, name="first")
     run_id = new_run()
     assert [fetch(first, origin.url("/article"), step_headers(run_id)).status_code for _ in range(2)] == [200, 200]
@@ -278,7 +292,7 @@ def test_restarted_gateway_on_the_same_redis_keeps_a_spent_step_spent(
     assert error_code(retried) == "quota_exhausted"
     next_step = fetch(second, origin.url("/article"), step_headers(run_id, "step-2"))
     assert next_step.status_code == 200, next_step.text
-    assert next_step.json()["budget"] == {"step": {"remaining": 1}, "run": {"remaining": 7}}
+    assert ids_budget(next_step) == {"step": {"remaining": 1}, "run": {"remaining": 7}}
 
 
 # -- memory store (no EGRESS_REDIS_URL) ------------------------------------------------------
@@ -288,12 +302,12 @@ def test_memory_store_spends_the_step_then_the_run_through_the_api(
     gateway_factory: GatewayFactory, origins: OriginFactory, harness_loop: HarnessLoop
 ) -> None:
     origin = origins.start(HoldingSite(harness_loop).app(), names=["docs.example.org"])
-    gateway = gateway_factory(budgeted_policy(origin, fetch={"per_step": 3, "per_run": 4}))
+    gateway = gateway_factory(budgeted_policy(origin, fetch={"per_step": 3, "per_run": 4}), env=SECRET_ENV)
     run_id = new_run()
 
     step_one = [fetch(gateway, origin.url("/article"), step_headers(run_id)) for _ in range(4)]
     assert [r.status_code for r in step_one] == [200, 200, 200, 429]
-    assert [r.json()["budget"] for r in step_one[:3]] == [
+    assert [ids_budget(r) for r in step_one[:3]] == [
         {"step": {"remaining": 2}, "run": {"remaining": 3}},
         {"step": {"remaining": 1}, "run": {"remaining": 2}},
         {"step": {"remaining": 0}, "run": {"remaining": 1}},
@@ -303,7 +317,7 @@ def test_memory_store_spends_the_step_then_the_run_through_the_api(
 
     step_two = [fetch(gateway, origin.url("/article"), step_headers(run_id, "step-2")) for _ in range(2)]
     assert step_two[0].status_code == 200, step_two[0].text
-    assert step_two[0].json()["budget"] == {"step": {"remaining": 2}, "run": {"remaining": 0}}
+    assert ids_budget(step_two[0]) == {"step": {"remaining": 2}, "run": {"remaining": 0}}
     assert error_code(step_two[1]) == "quota_exhausted"
     assert step_two[1].json()["error"]["budget"] == "run"
 
@@ -313,21 +327,21 @@ def test_memory_store_counts_fetches_that_fail_with_dns_failure(
 ) -> None:
     origin = origins.start(HoldingSite(harness_loop).app(), names=["docs.example.org"])
     fake_dns.fail("missing.example.org", "NXDOMAIN")
-    gateway = gateway_factory(budgeted_policy(origin, fetch={"per_step": 5, "per_run": 50}))
+    gateway = gateway_factory(budgeted_policy(origin, fetch={"per_step": 5, "per_run": 50}), env=SECRET_ENV)
     run_id = new_run()
 
     failed = [fetch(gateway, "https://missing.example.org/page", step_headers(run_id)) for _ in range(2)]
     assert [(r.status_code, error_code(r)) for r in failed] == [(502, "dns_failure")] * 2
     ok = fetch(gateway, origin.url("/article"), step_headers(run_id))
     assert ok.status_code == 200, ok.text
-    assert ok.json()["budget"] == {"step": {"remaining": 2}, "run": {"remaining": 47}}
+    assert ids_budget(ok) == {"step": {"remaining": 2}, "run": {"remaining": 47}}
 
 
 def test_memory_store_does_not_count_denials_before_the_reservation(
     gateway_factory: GatewayFactory, origins: OriginFactory, harness_loop: HarnessLoop
 ) -> None:
     origin = origins.start(HoldingSite(harness_loop).app(), names=["docs.example.org"])
-    gateway = gateway_factory(budgeted_policy(origin, fetch={"per_step": 5, "per_run": 50}))
+    gateway = gateway_factory(budgeted_policy(origin, fetch={"per_step": 5, "per_run": 50}), env=SECRET_ENV)
     run_id = new_run()
     headers = step_headers(run_id)
 
@@ -347,7 +361,7 @@ def test_memory_store_does_not_count_denials_before_the_reservation(
     ]
     ok = fetch(gateway, origin.url("/article"), headers)
     assert ok.status_code == 200, ok.text
-    assert ok.json()["budget"] == {"step": {"remaining": 4}, "run": {"remaining": 49}}
+    assert ids_budget(ok) == {"step": {"remaining": 4}, "run": {"remaining": 49}}
 
 
 def test_memory_store_does_not_count_a_policy_denied_destination(
@@ -355,14 +369,14 @@ def test_memory_store_does_not_count_a_policy_denied_destination(
 ) -> None:
     origin = origins.start(HoldingSite(harness_loop).app(), names=["docs.example.org", "blocked.example.org"])
     policy = budgeted_policy(origin, fetch={"per_step": 5, "per_run": 50}, deny_domains=["blocked.example.org"])
-    gateway = gateway_factory(policy)
+    gateway = gateway_factory(policy, env=SECRET_ENV)
     run_id = new_run()
 
     denied = fetch(gateway, origin.url("/article", name="blocked.example.org"), step_headers(run_id))
     assert error_code(denied) == "policy_denied"
     ok = fetch(gateway, origin.url("/article"), step_headers(run_id))
     assert ok.status_code == 200, ok.text
-    assert ok.json()["budget"] == {"step": {"remaining": 4}, "run": {"remaining": 49}}
+    assert ids_budget(ok) == {"step": {"remaining": 4}, "run": {"remaining": 49}}
 
 
 def serp_app() -> web.Application:
@@ -381,7 +395,7 @@ def test_memory_store_refuses_a_search_started_within_min_interval_with_cooldown
 ) -> None:
     engine = origins.start(serp_app(), names=["html.duckduckgo.com"])
     policy = budgeted_policy(engine, search={"per_step": 10, "per_run": 10, "concurrent": 1, "min_interval_s": 60})
-    gateway = gateway_factory(policy, env={"EGRESS_SEARCH_DUCKDUCKGO_URL": engine.url("/html/")})
+    gateway = gateway_factory(policy, env={"EGRESS_SEARCH_DUCKDUCKGO_URL": engine.url("/html/"), **SECRET_ENV})
     run_id = new_run()
 
     def search(query: str) -> httpx.Response:
@@ -392,7 +406,7 @@ def test_memory_store_refuses_a_search_started_within_min_interval_with_cooldown
     first = search("rust async")
     assert first.status_code == 200, first.text
     assert first.json()["results"]
-    assert first.json()["budget"] == {"step": {"remaining": 9}, "run": {"remaining": 9}}
+    assert ids_budget(first) == {"step": {"remaining": 9}, "run": {"remaining": 9}}
     second = search("rust tokio")
     assert second.status_code == 429, second.text
     assert second.json()["error"]["code"] == "cooldown"
@@ -404,17 +418,26 @@ def test_memory_store_refuses_a_search_started_within_min_interval_with_cooldown
     assert int(third.headers["Retry-After"]) <= int(second.headers["Retry-After"])
 
 
-def test_every_result_carries_budget_with_null_for_an_absent_id(
+def test_every_result_carries_budget_with_null_for_an_unvouched_id(
     gateway_factory: GatewayFactory, origins: OriginFactory, harness_loop: HarnessLoop
 ) -> None:
     origin = origins.start(HoldingSite(harness_loop).app(), names=["docs.example.org"])
-    gateway = gateway_factory(budgeted_policy(origin))
+    gateway = gateway_factory(budgeted_policy(origin), env=SECRET_ENV)
     run_id = new_run()
 
     no_ids = fetch(gateway, origin.url("/article"))
-    run_only = fetch(gateway, origin.url("/article"), {"X-Egress-Run": run_id})
+    # The agent's own headers vouch for nothing: only the windows count.
+    unvouched = fetch(gateway, origin.url("/article"), {"X-Egress-Run": run_id, "X-Egress-Step": "s"})
+    run_only = fetch(gateway, origin.url("/article"), {"X-Egress-Run-Token": run_token(run_id)})
     both = fetch(gateway, origin.url("/article"), step_headers(run_id))
-    assert [r.status_code for r in (no_ids, run_only, both)] == [200, 200, 200]
-    assert no_ids.json()["budget"] == {"step": None, "run": None}
-    assert run_only.json()["budget"] == {"step": None, "run": {"remaining": 199}}
-    assert both.json()["budget"] == {"step": {"remaining": 39}, "run": {"remaining": 198}}
+    assert [r.status_code for r in (no_ids, unvouched, run_only, both)] == [200, 200, 200, 200]
+    windows = {"hour": {"remaining": 999}, "day": {"remaining": 4999}}
+    assert no_ids.json()["budget"] == {"step": None, "run": None, "minute": {"remaining": 119}, **windows}
+    assert unvouched.json()["budget"]["step"] is None
+    assert unvouched.json()["budget"]["run"] is None
+    assert unvouched.json()["budget"]["minute"] == {"remaining": 118}
+    assert run_only.json()["budget"]["step"] is None
+    assert run_only.json()["budget"]["run"] == {"remaining": 199}
+    assert both.json()["budget"]["step"] == {"remaining": 39}
+    assert both.json()["budget"]["run"] == {"remaining": 198}
+    assert both.json()["budget"]["minute"] == {"remaining": 116}

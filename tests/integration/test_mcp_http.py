@@ -28,6 +28,7 @@ from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess, policy_document
 from tests.harness.origins import HarnessLoop, OriginFactory
+from tests.harness.run_tokens import SECRET_ENV, TEST_ORCHESTRATORS, run_token
 
 AGENT_TOKEN = "mcp-agent-token-0123456789abcdef"
 SEARCHER_TOKEN = "mcp-searcher-token-0123456789abcd"
@@ -88,6 +89,7 @@ def mcp_policy(origin_cidr: str, origin_port: int) -> dict[str, Any]:
     return policy_document(
         allow_cidrs=[origin_cidr],
         ports=[80, 443, origin_port],
+        orchestrators=TEST_ORCHESTRATORS,
         # No default principal: a call without a token is refused (401).
         principals={
             "agent": principal(AGENT_TOKEN, True, True, {"search": OPEN_BUDGET, "fetch": OPEN_BUDGET}),
@@ -104,6 +106,7 @@ def mcp_gateway(
     factory = OriginFactory(harness_loop, pki, fake_dns)
     origin = factory.start(site_app(), names=[SITE, SEARCH_HOST])
     env = {
+        **SECRET_ENV,
         "EGRESS_SEARCH_ENGINES": "template",
         "EGRESS_SEARCH_URL": origin.url("/find?q={query}&n={limit}", name=SEARCH_HOST),
     }
@@ -121,7 +124,9 @@ def mcp_gateway(
 @contextlib.asynccontextmanager
 async def mcp_session(gateway: GatewayProcess, revision: str, token: str, run: str) -> AsyncIterator[ClientSession]:
     """An SDK client session at `revision`, authenticated as `token`, budgets under run `run`."""
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}", "X-Egress-Run": run})
+    # The run counts only under a run token (issue 12), minted as the test orchestrator would.
+    vouched = run_token(run, principal=PRINCIPAL_OF_TOKEN[token])
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}", "X-Egress-Run-Token": vouched})
     url = f"{gateway.api_url}/mcp"
     async with http:
         if revision == "2026-07-28":
@@ -158,6 +163,9 @@ def text_of(result: types.CallToolResult) -> str:
 
 def page_url(path: str) -> str:
     return SITE_URL["base"] + path
+
+
+PRINCIPAL_OF_TOKEN = {AGENT_TOKEN: "agent", SEARCHER_TOKEN: "searcher", TIGHT_TOKEN: "tight"}
 
 
 def new_run() -> str:
@@ -266,7 +274,7 @@ async def test_an_exhausted_budget_is_a_tool_error_and_the_run_id_comes_from_the
     assert "budget" in text_of(second)
 
 
-async def test_run_id_in_meta_opens_a_fresh_run_budget(mcp_gateway: GatewayProcess) -> None:
+async def test_a_run_id_in_meta_cannot_open_a_fresh_run_budget(mcp_gateway: GatewayProcess) -> None:
     run = new_run()
     async with mcp_session(mcp_gateway, "2025-11-25", TIGHT_TOKEN, run) as session:
         spent = await session.call_tool("web_fetch", {"url": page_url("/short")})
@@ -274,9 +282,16 @@ async def test_run_id_in_meta_opens_a_fresh_run_budget(mcp_gateway: GatewayProce
         other_run = await session.call_tool(
             "web_fetch", {"url": page_url("/short")}, meta=cast(RequestParamsMeta, {"egress-gateway/run": f"{run}-b"})
         )
+        same_run = await session.call_tool(
+            "web_fetch", {"url": page_url("/short")}, meta=cast(RequestParamsMeta, {"egress-gateway/run": run})
+        )
     assert spent.is_error is False
     assert refused.is_error is True
-    assert other_run.is_error is False, text_of(other_run)
+    # The agent names another run: only the orchestrator's token vouches for runs (issue 12).
+    assert other_run.is_error is True
+    assert text_of(other_run).startswith("Refused: invalid_run_token:"), text_of(other_run)
+    assert same_run.is_error is True
+    assert text_of(same_run).startswith("Refused: quota_exhausted:"), text_of(same_run)
 
 
 async def test_stateless_server_issues_no_session_id(mcp_gateway: GatewayProcess) -> None:

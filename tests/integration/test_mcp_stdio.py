@@ -26,6 +26,7 @@ from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess, policy_document
 from tests.harness.origins import HarnessLoop, Origin, OriginFactory
+from tests.harness.run_tokens import SECRET_ENV, TEST_ORCHESTRATORS, run_token
 
 SITE = "docs.example.org"
 SEARCH_HOST = "search.example.net"
@@ -189,9 +190,14 @@ def sidecar(
         ports=[80, 443, site.port],
         principals={"sidecar-agent": principal(False, True, {**OPEN_BUDGET, "per_run": 2}, token=TOKEN)},
         fetch={"robots": "ignore"},
+        orchestrators=TEST_ORCHESTRATORS,
     )
     gateway = GatewayProcess(
-        tmp_path_factory.mktemp("mcp-bridge"), policy, nameserver=fake_dns.nameserver, ca_bundle=pki.ca_path
+        tmp_path_factory.mktemp("mcp-bridge"),
+        policy,
+        nameserver=fake_dns.nameserver,
+        ca_bundle=pki.ca_path,
+        env=SECRET_ENV,
     )
     gateway.start()
     yield gateway
@@ -204,7 +210,10 @@ async def test_connect_bridges_stdio_to_the_sidecar_policy_and_budget(
 ) -> None:
     env = {"PATH": environment["PATH"], "HOME": environment["HOME"]}
     run = f"bridge-{mode}"
-    async with Client(stdio_server(env, "--connect", sidecar.api_url, "--token", TOKEN), mode=mode) as client:
+    # The run counts only under a run token (issue 12), minted as the test orchestrator would.
+    vouched = run_token(run, principal="sidecar-agent")
+    bridge = stdio_server(env, "--connect", sidecar.api_url, "--token", TOKEN, "--run-token", vouched)
+    async with Client(bridge, mode=mode) as client:
         listed = await client.list_tools()
         results = [
             await client.call_tool(

@@ -104,8 +104,9 @@ def test_search_and_fetch_are_separate_switches_per_token_principal(
         ("bare", "fetch"): (403, "policy_denied"),
         ("bare", "search"): (403, "policy_denied"),
     }
-    assert outcomes[("fetcher", "fetch")].json()["budget"]["step"] == {"remaining": 39}
-    assert outcomes[("searcher", "search")].json()["budget"]["step"] == {"remaining": 19}
+    # The window quotas count every granted call (run and step ids count only under a run token).
+    assert outcomes[("fetcher", "fetch")].json()["budget"]["minute"] == {"remaining": 119}
+    assert outcomes[("searcher", "search")].json()["budget"]["minute"] == {"remaining": 29}
     assert "web_search" in outcomes[("fetcher", "search")].json()["error"]["message"]
 
 
@@ -170,4 +171,4 @@ def test_a_fetch_spanning_a_policy_reload_is_dropped_with_policy_changed(
     # The dropped call still spent its reservation; the next call runs under the new generation.
     again = call(gateway, "fetch", {"url": origin.url("/held")}, FETCHER_TOKEN)
     assert again.status_code == 200, again.text
-    assert again.json()["budget"]["step"] == {"remaining": 38}
+    assert again.json()["budget"]["minute"] == {"remaining": 118}

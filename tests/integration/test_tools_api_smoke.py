@@ -45,7 +45,14 @@ def test_fetch_returns_markdown_with_budget_and_notice(gateway_factory: GatewayF
     assert "only to the address it vetted" in body["content"]
     assert "Home" not in body["content"]
     assert {"text": "the details", "url": origin.url("/more")} in body["links"]
-    assert body["budget"] == {"step": {"remaining": 39}, "run": {"remaining": 199}}
+    # Without a run token the ids count for nothing; the window quotas always count.
+    assert body["budget"] == {
+        "step": None,
+        "run": None,
+        "minute": {"remaining": 119},
+        "hour": {"remaining": 999},
+        "day": {"remaining": 4999},
+    }
     assert "untrusted" in body["notice"]
     assert body["nextOffset"] is None
 

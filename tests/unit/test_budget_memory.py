@@ -61,12 +61,13 @@ def test_counts_json_shape_is_stable(counts: BudgetCounts, body: dict[str, Any])
 async def test_idle_counters_leases_cooldowns_and_cache_are_swept() -> None:
     clock = FakeClock()
     store = MemoryBudgetStore(clock=clock)
-    lim = ToolLimits(per_step=5, per_run=5, concurrent=100, min_interval_s=1.0, lease_ttl_s=45)
+    lim = ToolLimits(per_step=5, per_run=5, concurrent=100, min_interval_s=1.0, lease_ttl_s=45, per_minute=10)
     for i in range(50):
         clock.now += 0.1  # all 50 within one sweep interval, so nothing is swept yet
         await store.reserve(principal=f"p{i}", tool="fetch", run_id=f"r{i}", step_id="s", limits=lim)
         await store.cache_set(f"k{i}", b"v", ttl_s=60)
-    assert store.entry_count() == 50 * 5  # step, run, lease, cooldown, cache entry each
+    # step, run, lease, cooldown, minute window, two live ids (run and step), cache entry each
+    assert store.entry_count() == 50 * 8
 
     clock.now += COUNTER_IDLE_TTL_S + SWEEP_INTERVAL_S
     await store.cache_set("fresh", b"v", ttl_s=60)  # any call past the interval sweeps

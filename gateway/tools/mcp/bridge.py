@@ -28,16 +28,22 @@ BRIDGE_TIMEOUT_S = 120.0
 
 
 class Bridge:
-    def __init__(self, session: aiohttp.ClientSession, url: str, token: str | None) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, url: str, token: str | None, run_token: str | None = None
+    ) -> None:
         self._session = session
         self._url = url
         self._token = token
+        self._run_token = run_token
         self._negotiated: str | None = None
 
     def _headers(self, message: Mapping[str, Any]) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
+        if self._run_token:
+            # The orchestrator's word for the run: only under it do `_meta` run/step ids count.
+            headers["X-Egress-Run-Token"] = self._run_token
         params = message.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         version = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
@@ -88,5 +94,7 @@ class Bridge:
         return error_object(request_id, INTERNAL_ERROR, f"the gateway refused the request: {reason}")
 
 
-def bridge_handler(session: aiohttp.ClientSession, url: str, token: str | None) -> LineHandler:
-    return Bridge(session, url, token).forward
+def bridge_handler(
+    session: aiohttp.ClientSession, url: str, token: str | None, run_token: str | None = None
+) -> LineHandler:
+    return Bridge(session, url, token, run_token).forward

@@ -54,15 +54,19 @@ async def serve_stdio(settings: Settings, principal_name: str | None) -> int:
         if principal is None:
             raise GatewayError(ErrorCode.AUTH_REQUIRED, f"no principal {principal_name or 'default'!r} in the policy")
         tools: frozenset[Tool] = frozenset(t for t in ("search", "fetch") if getattr(principal.tools, t))
-        # One stdio process is one agent session: its run budget applies unless _meta names a run.
+        # One stdio process is one agent session, and its launcher (not the agent) names the run:
+        # a `_meta` run id would let the agent open a fresh run budget per call (issue 12), so it
+        # is checked and ignored; a `_meta` step names a step inside the session's run.
         session_run = f"stdio-{secrets.token_hex(8)}"
 
         async def run(tool: Tool, arguments: object, meta: Mapping[str, Any]) -> dict[str, Any]:
             run_id, step_id = meta.get(RUN_META_KEY), meta.get(STEP_META_KEY)
+            if isinstance(run_id, str):
+                parse_budget_id(run_id, "_meta run")
             context = CallContext(
                 principal,
                 gateway.policy.current,
-                parse_budget_id(run_id, "_meta run") if isinstance(run_id, str) else session_run,
+                session_run,
                 parse_budget_id(step_id, "_meta step") if isinstance(step_id, str) else None,
             )
             return await api.call_tool(tool, context, arguments)
@@ -76,7 +80,7 @@ async def serve_stdio(settings: Settings, principal_name: str | None) -> int:
     return EXIT_OK
 
 
-async def bridge_stdio(url: str, token: str | None) -> int:
+async def bridge_stdio(url: str, token: str | None, run_token: str | None = None) -> int:
     from gateway.tools.mcp.bridge import BRIDGE_TIMEOUT_S, bridge_handler  # noqa: PLC0415
     from gateway.tools.mcp.stdio import serve_lines  # noqa: PLC0415
 
@@ -87,5 +91,5 @@ async def bridge_stdio(url: str, token: str | None) -> int:
         url = url.rstrip("/") + "/mcp"
     timeout = aiohttp.ClientTimeout(total=BRIDGE_TIMEOUT_S)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        await serve_lines(bridge_handler(session, url, token))
+        await serve_lines(bridge_handler(session, url, token, run_token))
     return EXIT_OK

@@ -20,7 +20,7 @@ import yarl
 from aiohttp import web
 
 from gateway.errors import GatewayError
-from gateway.tools.call_guard import CallContext, parse_budget_id
+from gateway.tools.call_guard import CallContext
 from gateway.tools.mcp.envelope import (
     ERROR_HTTP_STATUS,
     HEADER_MISMATCH,
@@ -119,11 +119,11 @@ class McpHttpEndpoint:
         async def run(tool: Tool, arguments: Any, meta: Mapping[str, Any]) -> dict[str, Any]:
             run_id = meta.get(RUN_META_KEY)
             step_id = meta.get(STEP_META_KEY)
-            call_context = CallContext(
-                principal=context.principal,
-                loaded=context.loaded,
-                run_id=parse_budget_id(run_id, "_meta run") if isinstance(run_id, str) else context.run_id,
-                step_id=parse_budget_id(step_id, "_meta step") if isinstance(step_id, str) else context.step_id,
+            # Agent-named ids count only inside the run its X-Egress-Run-Token vouches for (issue 12).
+            call_context = self._api.meta_context(
+                context,
+                run_id if isinstance(run_id, str) else None,
+                step_id if isinstance(step_id, str) else None,
             )
             return await self._api.call_tool(tool, call_context, arguments, request)
 

@@ -26,7 +26,7 @@ checks each message against the real lint.
 
 {{- define "egress-gateway.lintPolicy" -}}
 {{- $policy := . }}
-{{- include "egress-gateway.lintKeys" (list "policy" $policy (list "version" "defaults" "principals" "fetch" "search" "proxy" "transparent")) }}
+{{- include "egress-gateway.lintKeys" (list "policy" $policy (list "version" "defaults" "principals" "fetch" "search" "proxy" "transparent" "orchestrators")) }}
 {{- if not (hasKey $policy "version") }}
 {{- fail "policy.inline: version is required (version: 1)" }}
 {{- end }}
