@@ -127,6 +127,8 @@ class Gateway:
         if ok:
             self.policy_sha256 = policy_file_sha256(self.settings.policy_path)
             metrics.set_build_info(self.policy_sha256)
+            if self.proxy is not None:
+                self.proxy.policy_reloaded()  # live permission: close what the new policy denies
             if self.transparent is not None:
                 self.transparent.revalidate(self.policy.current)
 

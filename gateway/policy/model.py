@@ -185,6 +185,10 @@ class ProxySettings:
     max_response_bytes: int = 100 * 1024 * 1024
     drain_grace_s: float = 20.0
     connect_timeout_s: float = 10.0
+    # Plain HTTP forwarding: the upstream's response head, and the whole response, each within a
+    # total deadline (an origin dripping a byte at a time is never idle long enough to time out).
+    response_head_timeout_s: float = 300.0
+    response_timeout_s: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from gateway.observe.audit import AuditLog, verdict_for
 from gateway.observe.loop_metrics import CounterChild
 from gateway.policy.decide import authenticate
 from gateway.policy.model import LoadedPolicy, Principal
-from gateway.proxy.forward import ForwardExchange
+from gateway.proxy.exchange import ForwardExchange
 from gateway.proxy.heads import (
     Authority,
     host_authority,

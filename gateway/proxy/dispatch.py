@@ -20,7 +20,8 @@ from gateway.errors import GatewayError
 from gateway.observe import metrics
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.decision_caches import ForwardTarget, ProxyDecisions
-from gateway.proxy.forward import ForwardExchange, UpstreamConnection, build_request_head
+from gateway.proxy.exchange import ForwardExchange, ParsedRequest, build_request_head
+from gateway.proxy.forward import UpstreamConnection
 from gateway.proxy.pool import UpstreamPool
 from gateway.tasks import spawn
 
@@ -35,15 +36,10 @@ class ForwardDispatcher:
         self.decisions = decisions
         self.pool = pool
 
-    def start(
-        self,
-        exchange: ForwardExchange,
-        url: bytes,
-        headers: list[tuple[bytes, bytes]],
-        authorization: bytes | None,
-        named: frozenset[bytes],
-    ) -> None:
+    def start(self, request: ParsedRequest) -> None:
         """Decide and send: synchronously when no DNS query is needed, else in an owned task."""
+        exchange, url, headers, named = request.exchange, request.url, request.headers, request.connection_named
+        authorization = request.authorization
         loaded = self.core.loaded
         principal: Principal | None = None
         forward: ForwardTarget | None = None
@@ -95,15 +91,18 @@ class ForwardDispatcher:
         named: frozenset[bytes],
     ) -> None:
         exchange.principal = principal.name
+        exchange.principal_rule = principal
         exchange.target = target
         self.decisions.record_allow("http", principal, target, method=self.decisions.method_name(exchange.method))
         settings = loaded.policy.proxy
         exchange.max_response_bytes = settings.max_response_bytes
         exchange.response_idle_s = settings.idle_timeout_s
+        exchange.response_head_s = settings.response_head_timeout_s
+        exchange.response_total_s = settings.response_timeout_s
         head = build_request_head(
             exchange.method, forward.origin_form, forward.authority, headers, exchange.chunked_request, named=named
         )
-        upstream = self.pool.acquire(target)
+        upstream = self.pool.acquire(principal.name, target)
         if upstream is None:
             spawn(self._send_on_fresh_connection(exchange, head, settings.connect_timeout_s), name="proxy-dial")
             return
@@ -116,13 +115,13 @@ class ForwardDispatcher:
         started = time.perf_counter()
         try:
             _, upstream, address = await open_pinned_connection(
-                target, lambda: UpstreamConnection(pool, ("", "", 0)), timeout_s=timeout_s
+                target, lambda: UpstreamConnection(pool, ("", "", "", 0)), timeout_s=timeout_s
             )
         except GatewayError as error:
             exchange.client.fail_exchange(exchange, str(error.code), error.message)
             return
         _HTTP_LATENCY.observe(time.perf_counter() - started)
-        upstream.key = (address, target.name, target.port)
+        upstream.key = (exchange.principal, address, target.name, target.port)
         if exchange.client.closed:
             upstream.close()
             return

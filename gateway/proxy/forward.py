@@ -1,175 +1,35 @@
-"""Absolute-URI HTTP forwarding: one request relayed to a pinned upstream, the response streamed back.
+"""The upstream half of plain HTTP forwarding: one pooled HTTP/1.1 connection and the exchange it carries.
 
-Owns the upstream side of plain HTTP (an upstream connection and the exchange it carries): the
-rewritten request head (hop-by-hop headers and the proxy credential removed, Host taken from
-the URI), the response parsed with httptools and re-framed for the client (so an upstream cannot
-smuggle a second response through an ambiguous body), the response byte cap, and backpressure in
-both directions, the upstream response deadline (`proxy.idle_timeout_s` without a byte from the
-upstream: 504 before the response head, a cut stream after it), and one retry on a fresh
-connection when a pooled one turns out closed before answering an idempotent request. One client
-write per upstream read: head and body bytes are coalesced.
+Owns the I/O of an upstream connection: sending the request head (with any body held so far) in
+one write, feeding the response bytes to its `ResponseFraming` (the sans-I/O re-framing, caps and
+smuggling defences) and writing what it owes the client in one write per read, the response byte
+cap, backpressure both ways, the response deadlines (`proxy.idle_timeout_s` of silence,
+`proxy.response_head_timeout_s` for the head, `proxy.response_timeout_s` in total: 504 before the
+head, a cut stream after it) on the shared `LazyDeadline`, parking in the pool, and one retry on a
+fresh connection when a pooled one turns out closed before answering an idempotent request.
 
-Never resolves a name and never dials anything but a `PinnedTarget` through
-`open_pinned_connection`; never forwards Proxy-Authorization.
+Never resolves a name, never dials (the dispatcher hands it a connection to a `PinnedTarget`),
+never parses bytes itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol, cast
-
-import httptools
+from typing import cast
 
 from gateway.egress.target import PinnedTarget
-from gateway.errors import GatewayError
-from gateway.proxy.heads import HOP_BY_HOP, connection_tokens, named_by_connection
+from gateway.errors import ErrorCode, GatewayError
+from gateway.policy.model import Principal
+from gateway.proxy.deadline import LazyDeadline
+from gateway.proxy.exchange import (
+    WRITE_HIGH_WATER_BYTES,
+    WRITE_LOW_WATER_BYTES,
+    ForwardExchange,
+    PauseReason,
+)
 from gateway.proxy.pool import PoolKey, UpstreamPool
-
-WRITE_HIGH_WATER_BYTES = 256 * 1024
-WRITE_LOW_WATER_BYTES = 64 * 1024
-NO_BODY_STATUSES = frozenset({204, 304})
-# RFC 9110 section 9.2.2: a request with one of these methods may be sent again when the
-# connection failed before any response arrived (section 9.2.2 and RFC 9112 section 9.3.1).
-IDEMPOTENT_METHODS = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
-
-
-class ClientSide(Protocol):
-    """What the forwarder and dispatcher need from the client connection (implemented in server.py)."""
-
-    transport: asyncio.Transport
-
-    @property
-    def closed(self) -> bool: ...
-
-    def refuse_exchange(self, exchange: ForwardExchange, error: GatewayError) -> None: ...
-
-    def response_finished(self, exchange: ForwardExchange, *, keep_alive: bool, reason: str) -> None: ...
-
-    def fail_exchange(self, exchange: ForwardExchange, code: str, message: str) -> None: ...
-
-    def retry_exchange(self, exchange: ForwardExchange) -> None: ...
-
-    def pause_client_reading(self, reason: int) -> None: ...
-
-    def resume_client_reading(self, reason: int) -> None: ...
-
-
-PAUSE_UPSTREAM_WRITE = 1
-PAUSE_BODY_BUFFER = 2
-PAUSE_PIPELINE = 4
-
-
-class ForwardExchange:
-    """One request and its response: state shared by the client and upstream protocols."""
-
-    __slots__ = (
-        "body_done",
-        "bytes_down",
-        "bytes_up",
-        "chunked_request",
-        "client",
-        "client_http10",
-        "client_keep_alive",
-        "head_only",
-        "max_response_bytes",
-        "method",
-        "pending",
-        "pending_bytes",
-        "principal",
-        "request_head",
-        "response_idle_s",
-        "retried",
-        "started",
-        "target",
-        "upstream",
-    )
-
-    def __init__(
-        self, client: ClientSide, method: bytes, *, chunked_request: bool, client_http10: bool, client_keep_alive: bool
-    ) -> None:
-        self.client = client
-        self.method = method
-        self.head_only = method == b"HEAD"
-        self.chunked_request = chunked_request
-        self.client_http10 = client_http10
-        self.client_keep_alive = client_keep_alive
-        self.body_done = False
-        self.pending: list[bytes] = []
-        self.pending_bytes = 0
-        self.upstream: UpstreamConnection | None = None
-        self.bytes_up = 0
-        self.bytes_down = 0
-        self.max_response_bytes = 0
-        self.response_idle_s = 0.0
-        self.request_head = b""
-        self.retried = False
-        self.started = time.perf_counter()
-        self.principal = ""
-        self.target: PinnedTarget | None = None
-
-    def request_body(self, data: bytes) -> None:
-        framed = b"%x\r\n%b\r\n" % (len(data), data) if self.chunked_request else data
-        self.bytes_up += len(data)
-        upstream = self.upstream
-        if upstream is not None and upstream.transport is not None:
-            upstream.last_activity = time.monotonic()  # a slow upload is not a hung origin
-            upstream.transport.write(framed)
-            return
-        # Not connected yet: hold the body, but never more than one write buffer's worth.
-        self.pending.append(framed)
-        self.pending_bytes += len(framed)
-        if self.pending_bytes > WRITE_HIGH_WATER_BYTES:
-            self.client.pause_client_reading(PAUSE_BODY_BUFFER)
-
-    @property
-    def resendable(self) -> bool:
-        """Whether the whole request can be sent again: idempotent, no body bytes, not yet retried."""
-        return self.method in IDEMPOTENT_METHODS and self.body_done and self.bytes_up == 0 and not self.retried
-
-    def prepare_retry(self) -> None:
-        """Reset what the failed attempt consumed so `UpstreamConnection.start` can send it again."""
-        self.retried = True
-        self.upstream = None
-        self.pending = [b"0\r\n\r\n"] if self.chunked_request else []
-        self.pending_bytes = 0
-
-    def request_end(self) -> None:
-        self.body_done = True
-        if self.chunked_request:
-            if self.upstream is not None and self.upstream.transport is not None:
-                self.upstream.transport.write(b"0\r\n\r\n")
-            else:
-                self.pending.append(b"0\r\n\r\n")
-        if self.upstream is not None and self.upstream.response_complete:
-            self.upstream.finish()
-
-
-def build_request_head(
-    method: bytes,
-    target: bytes,
-    authority: bytes,
-    headers: list[tuple[bytes, bytes]],
-    chunked: bool,
-    *,
-    named: frozenset[bytes] | None = None,
-) -> bytes:
-    """The upstream head: origin-form target, Host from the absolute URI, end-to-end headers only.
-
-    `named` are the header names the request's Connection field lists, when the caller already
-    collected them while parsing (None: scan `headers` for Connection here)."""
-    if named is None:
-        named = connection_tokens(headers)
-    parts = [method, b" ", target, b" HTTP/1.1\r\nHost: ", authority, b"\r\n"]
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered in HOP_BY_HOP or lowered in named or lowered.startswith(b"proxy-") or lowered == b"host":
-            continue
-        parts += (name, b": ", value, b"\r\n")
-    if chunked:
-        parts.append(b"Transfer-Encoding: chunked\r\n")
-    parts.append(b"\r\n")
-    return b"".join(parts)
+from gateway.proxy.response_framing import ResponseFraming
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -180,30 +40,30 @@ class UpstreamConnection(asyncio.Protocol):
         self.key = key
         self.transport: asyncio.Transport | None = None
         self.exchange: ForwardExchange | None = None
-        self.response_complete = False
-        self._parser: httptools.HttpResponseParser | None = None
-        self._out: list[bytes] = []
-        self._headers: list[tuple[bytes, bytes]] = []  # (lower-cased name, "Name: value\r\n")
-        self._has_length = False
-        self._upstream_chunked = False
-        self._reason = b""
-        self._status = 0
-        self.head_sent = False
-        self._chunk_to_client = False
-        self._close_client = False
-        self._eof_body = False
+        self.framing: ResponseFraming | None = None
         self._reusable = True
-        # The response deadline, armed lazily: it may fire early and re-arm itself for the time
-        # left, so a busy keep-alive connection does not arm and cancel a timer per request.
-        self._timer: asyncio.TimerHandle | None = None
-        self._connection_values: list[bytes] = []
+        # One lazily armed timer for all three response deadlines: it may fire early and re-arm
+        # for the time left, so a busy keep-alive connection does not arm a timer per request.
+        self._deadline = LazyDeadline(self._response_deadline)
         self.parked_at = 0.0
         self._reading_paused = False
-        self._body_bytes = 0
         self._responses = 0
         self._reused = False
         self._answered = False
         self.last_activity = 0.0
+        self._head_due = 0.0
+        self._total_due = 0.0
+        # The last exchange's decision, kept while parked: a reload may revoke it (live permission).
+        self.principal_rule: Principal | None = None
+        self.target: PinnedTarget | None = None
+
+    @property
+    def head_sent(self) -> bool:
+        return self.framing is not None and self.framing.head_sent
+
+    @property
+    def response_complete(self) -> bool:
+        return self.framing is not None and self.framing.complete
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -214,9 +74,10 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
-        self._cancel_timer()
+        self._deadline.cancel()
         exchange = self.exchange
-        if exchange is None:
+        framing = self.framing
+        if exchange is None or framing is None:
             self.pool.forget(self)
             return
         self._reusable = False
@@ -228,12 +89,10 @@ class UpstreamConnection(asyncio.Protocol):
             exchange.prepare_retry()
             exchange.client.retry_exchange(exchange)
             return
-        if self._eof_body and self.head_sent and exc is None:
+        if exc is None and framing.end_of_stream():
             # A close-delimited body (no Content-Length, not chunked) ends here.
-            self._finish_message()
-            if self._out:
-                exchange.client.transport.write(b"".join(self._out))
-                self._out.clear()
+            if framing.has_output:
+                exchange.client.transport.write(framing.take_output())
             self.finish()
             return
         reason = "upstream reset" if exc is not None else "upstream closed before the response ended"
@@ -242,8 +101,8 @@ class UpstreamConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         exchange = self.exchange
-        parser = self._parser
-        if exchange is None or parser is None or self.response_complete:
+        framing = self.framing
+        if exchange is None or framing is None or framing.complete:
             # Bytes nobody asked for: the connection's framing can no longer be trusted.
             self._reusable = False
             if self.transport is not None:
@@ -252,41 +111,40 @@ class UpstreamConnection(asyncio.Protocol):
         self._answered = True
         self.last_activity = time.monotonic()
         try:
-            parser.feed_data(data)
-        except httptools.HttpParserError:
-            self._reusable = False
-            if self._out and self.head_sent:
-                exchange.client.transport.write(b"".join(self._out))
-            self._out.clear()
-            self.exchange = None
-            if self.transport is not None:
-                self.transport.close()
-            exchange.client.fail_exchange(exchange, "connect_failure", "the upstream response is malformed")
+            framing.feed(data)
+        except GatewayError as error:
+            self._fail(exchange, error)
             return
-        if self._out:
-            exchange.client.transport.write(b"".join(self._out))
-            self._out.clear()
-        if self._body_bytes > exchange.max_response_bytes:
-            exchange.bytes_down = self._body_bytes
-            self._reusable = False
-            self.exchange = None
-            if self.transport is not None:
-                self.transport.close()
-            exchange.client.fail_exchange(exchange, "too_large", "the response exceeds proxy.max_response_bytes")
+        if framing.has_output:
+            exchange.client.transport.write(framing.take_output())
+        if framing.body_bytes > exchange.max_response_bytes:
+            exchange.bytes_down = framing.body_bytes
+            self._fail(exchange, GatewayError(ErrorCode.TOO_LARGE, "the response exceeds proxy.max_response_bytes"))
             return
-        if self.response_complete and exchange.body_done:
+        if framing.complete and exchange.body_done:
             self.finish()
+
+    def _fail(self, exchange: ForwardExchange, error: GatewayError) -> None:
+        """End the exchange with `error`: a 502/504 if no head was sent yet, else a cut stream."""
+        self._reusable = False
+        framing = self.framing
+        if framing is not None and framing.head_sent and framing.has_output:
+            exchange.client.transport.write(framing.take_output())
+        self.exchange = None
+        if self.transport is not None:
+            self.transport.close()
+        exchange.client.fail_exchange(exchange, str(error.code), error.message)
 
     def eof_received(self) -> bool | None:
         return None
 
     def pause_writing(self) -> None:
         if self.exchange is not None:
-            self.exchange.client.pause_client_reading(PAUSE_UPSTREAM_WRITE)
+            self.exchange.client.pause_client_reading(PauseReason.UPSTREAM_WRITE)
 
     def resume_writing(self) -> None:
         if self.exchange is not None:
-            self.exchange.client.resume_client_reading(PAUSE_UPSTREAM_WRITE)
+            self.exchange.client.resume_client_reading(PauseReason.UPSTREAM_WRITE)
 
     # driven by the client side ----------------------------------------------------------------
     def pause_reading(self) -> None:
@@ -299,40 +157,34 @@ class UpstreamConnection(asyncio.Protocol):
             self._reading_paused = False
             self.transport.resume_reading()
 
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _arm_response_deadline(self, idle_s: float) -> None:
-        loop = asyncio.get_running_loop()
-        due = loop.time() + idle_s
-        timer = self._timer
-        if timer is not None:
-            if timer.when() <= due:
-                return  # fires first and re-checks against last_activity
-            timer.cancel()
-        self._timer = loop.call_at(due, self._response_deadline)
-
     def _response_deadline(self) -> None:
-        """No byte from the upstream for `response_idle_s`: 504 before the head, else cut."""
-        self._timer = None
+        """A response deadline may have passed: 504 before the head, a cut stream after it."""
         exchange = self.exchange
         if exchange is None:
-            return  # parked or closed: the next start() arms a fresh deadline
+            return  # parked or closed: the next start() sets a fresh deadline
         idle_s = exchange.response_idle_s
-        remaining = self.last_activity + idle_s - time.monotonic()
+        now = time.monotonic()
+        remaining = self.last_activity + idle_s - now
         if self._reading_paused:
             # We stopped reading because the client is slow; silence is not the upstream's fault.
             remaining = idle_s
+        # Total deadlines too: an origin dripping a byte every few seconds is never silent.
+        due = self._total_due if self.head_sent else min(self._head_due, self._total_due)
+        remaining = min(remaining, due - now)
         if remaining > 0:
-            self._timer = asyncio.get_running_loop().call_later(remaining, self._response_deadline)
+            self._deadline.set(remaining)
             return
+        if now >= self._total_due:
+            message = f"the response did not complete within proxy.response_timeout_s ({exchange.response_total_s:g} s)"
+        elif not self.head_sent and now >= self._head_due:
+            message = f"no response head within proxy.response_head_timeout_s ({exchange.response_head_s:g} s)"
+        else:
+            message = f"the upstream sent nothing for {idle_s:g} s"
         self._reusable = False
         self.exchange = None
         if self.transport is not None:
             self.transport.abort()
-        exchange.client.fail_exchange(exchange, "timeout", f"the upstream sent nothing for {idle_s:g} s")
+        exchange.client.fail_exchange(exchange, "timeout", message)
 
     def close(self) -> None:
         self._reusable = False
@@ -344,127 +196,43 @@ class UpstreamConnection(asyncio.Protocol):
         """Send the request head and any body received so far in one write."""
         self.exchange = exchange
         exchange.upstream = self
-        self.response_complete = False
-        self._parser = httptools.HttpResponseParser(self)
-        self._headers = []
-        self.head_sent = False
-        self._eof_body = False
-        # An HTTP/1.0 client, or one that asked to close, is told so in the final response head.
-        self._close_client = exchange.client_http10 or not exchange.client_keep_alive
-        self._body_bytes = 0
+        self.principal_rule = exchange.principal_rule
+        self.target = exchange.target
+        self.framing = ResponseFraming(
+            head_only=exchange.head_only,
+            client_http10=exchange.client_http10,
+            close_client=exchange.client_http10 or not exchange.client_keep_alive,
+        )
         self._reused = self._responses > 0
         self._answered = False
         exchange.request_head = head
-        self.last_activity = time.monotonic()
-        self._arm_response_deadline(exchange.response_idle_s)
+        now = self.last_activity = time.monotonic()
+        self._head_due = now + exchange.response_head_s
+        self._total_due = now + exchange.response_total_s
+        self._deadline.set(min(exchange.response_idle_s, exchange.response_head_s, exchange.response_total_s))
         assert self.transport is not None
         if exchange.pending:
             self.transport.write(head + b"".join(exchange.pending))
             exchange.pending.clear()
             exchange.pending_bytes = 0
-            exchange.client.resume_client_reading(PAUSE_BODY_BUFFER)
+            exchange.client.resume_client_reading(PauseReason.BODY_BUFFER)
         else:
             self.transport.write(head)
 
     def finish(self) -> None:
         """Response and request both complete: hand the client back and park or drop this one."""
         exchange = self.exchange
-        if exchange is None:
+        framing = self.framing
+        if exchange is None or framing is None:
             return
         self.exchange = None
-        self._parser = None
+        self.framing = None
+        self._deadline.clear()
         self._responses += 1
         self.resume_reading()
-        keep_client = not self._close_client
-        exchange.bytes_down = self._body_bytes
-        if self._reusable and self.transport is not None and not self.transport.is_closing():
+        exchange.bytes_down = framing.body_bytes
+        if self._reusable and framing.reusable and self.transport is not None and not self.transport.is_closing():
             self.pool.release(self)
         elif self.transport is not None:
             self.transport.close()
-        exchange.client.response_finished(exchange, keep_alive=keep_client, reason="done")
-
-    # httptools callbacks ----------------------------------------------------------------------
-    def on_message_begin(self) -> None:
-        self._headers = []
-        self._connection_values = []
-        self._has_length = False
-        self._upstream_chunked = False
-        self._reason = b""
-
-    def on_status(self, status: bytes) -> None:
-        self._reason += status
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        # One pass: framing facts noted, hop-by-hop fields dropped, the rest kept as wire lines
-        # (with their lower-cased name, in case a Connection field names them).
-        lowered = name.lower()
-        if lowered == b"content-length":
-            self._has_length = True
-        elif lowered == b"transfer-encoding":
-            self._upstream_chunked = True
-        elif lowered == b"connection":
-            self._connection_values.append(value)
-        if lowered in HOP_BY_HOP or lowered.startswith(b"proxy-"):
-            return
-        self._headers.append((lowered, name + b": " + value + b"\r\n"))
-
-    def on_headers_complete(self) -> None:
-        parser = self._parser
-        exchange = self.exchange
-        assert parser is not None
-        assert exchange is not None
-        status = parser.get_status_code()
-        self._status = status
-        if 100 <= status < 200 and exchange.client_http10:
-            return  # RFC 9110 section 15.2: no interim response to an HTTP/1.0 client
-        kept = [b"HTTP/1.1 %d %b\r\n" % (status, self._reason)]
-        if self._connection_values:
-            named = named_by_connection(self._connection_values)
-            kept += [line for lowered, line in self._headers if lowered not in named]
-        else:
-            kept += [line for _, line in self._headers]
-        has_length, chunked = self._has_length, self._upstream_chunked
-        if not parser.should_keep_alive():
-            self._reusable = False
-        informational = 100 <= status < 200
-        bodiless = informational or exchange.head_only or status in NO_BODY_STATUSES
-        self._chunk_to_client = False
-        if not bodiless and not has_length:
-            self._eof_body = not chunked
-            if exchange.client_http10:
-                self._close_client = True
-            else:
-                # Re-frame: the client gets a chunked body whatever the upstream used.
-                self._chunk_to_client = True
-                kept.append(b"Transfer-Encoding: chunked\r\n")
-        if self._close_client and not informational:
-            kept.append(b"Connection: close\r\n")
-        kept.append(b"\r\n")
-        self._out.append(b"".join(kept))
-        if not informational:
-            self.head_sent = True
-        if exchange.head_only and not informational:
-            # No body follows a HEAD response whatever its Content-Length says.
-            self.response_complete = True
-
-    def on_body(self, body: bytes) -> None:
-        if self.response_complete:
-            self._reusable = False  # bytes after a bodiless response: do not reuse
-            return
-        self._body_bytes += len(body)
-        if self._chunk_to_client:
-            self._out.append(b"%x\r\n%b\r\n" % (len(body), body))
-        else:
-            self._out.append(body)
-
-    def on_message_complete(self) -> None:
-        if 100 <= self._status < 200:
-            return  # an interim response; the final one follows on the same parser
-        self._finish_message()
-
-    def _finish_message(self) -> None:
-        if self.response_complete:
-            return
-        if self._chunk_to_client:
-            self._out.append(b"0\r\n\r\n")
-        self.response_complete = True
+        exchange.client.response_finished(exchange, keep_alive=not framing.close_client, reason="done")

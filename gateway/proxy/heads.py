@@ -29,6 +29,10 @@ PROXY_REALM = b'Basic realm="egress-gateway"'
 HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
 )
+# The fields that frame a message body (RFC 9112 section 6). They are never hop-by-hop: a
+# Connection field naming one would have the proxy strip it after the body was framed by it, so
+# the next hop reads the body as another message (request smuggling). Such a message is refused.
+FRAMING_FIELDS = frozenset({b"content-length", b"transfer-encoding"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,22 +169,6 @@ def named_by_connection(values: list[bytes]) -> frozenset[bytes]:
     return frozenset(tokens)
 
 
-def end_to_end_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """Headers minus hop-by-hop ones, the ones Connection names, Proxy-* and Host."""
-    named = connection_tokens(headers) if any(n.lower() == b"connection" for n, _ in headers) else frozenset()
-    kept: list[tuple[bytes, bytes]] = []
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered in HOP_BY_HOP or lowered in named or lowered.startswith(b"proxy-") or lowered == b"host":
-            continue
-        kept.append((name, value))
-    return kept
-
-
-def serialize_headers(headers: list[tuple[bytes, bytes]]) -> bytes:
-    return b"".join([name + b": " + value + b"\r\n" for name, value in headers])
-
-
 def proxy_status(error: GatewayError) -> int:
     """The status the proxy answers `error` with (`errors.status_for`, the table both listeners share)."""
     return error.status_on("proxy")
@@ -189,10 +177,14 @@ def proxy_status(error: GatewayError) -> int:
 def error_response(error: GatewayError, *, keep_alive: bool) -> bytes:
     """The denial of DESIGN.md section 3: status, X-Egress-Code, the JSON body; never a credential."""
     status = proxy_status(error)
-    body = orjson.dumps(error.to_body())
+    code = str(error.code).encode("ascii")
+    document = error.to_body()
+    document["error"]["hint"] = CHANGE_HINTS.get(error.code, DEFAULT_HINT)
+    body = orjson.dumps(document)
     lines = [
-        b"HTTP/1.1 %d %s\r\n" % (status, REASONS.get(status, b"Error")),
-        b"X-Egress-Code: " + str(error.code).encode("ascii") + b"\r\n",
+        # The code in the reason phrase too: pip, curl, git and httpx print the status line.
+        b"HTTP/1.1 %d %s (egress: %s)\r\n" % (status, REASONS.get(status, b"Error"), code),
+        b"X-Egress-Code: " + code + b"\r\n",
         b"Content-Type: application/json\r\n",
         b"Content-Length: %d\r\n" % len(body),
     ]
@@ -215,4 +207,21 @@ REASONS: dict[int, bytes] = {
     502: b"Bad Gateway",
     503: b"Service Unavailable",
     504: b"Gateway Timeout",
+}
+
+# What the agent or its operator can change to get past each refusal (the body's `hint`).
+DEFAULT_HINT = "see the message; the gateway's audit log has the decision"
+CHANGE_HINTS: dict[ErrorCode, str] = {
+    ErrorCode.POLICY_DENIED: "this principal may not reach that host or port: ask the operator to add it to "
+    "the principal's egress.allow_domains (or defaults.ports) in the gateway policy",
+    ErrorCode.BLOCKED_DESTINATION: "the host resolves to a denied address range; only the policy's "
+    "defaults.allow_cidrs or an internal_hosts entry can allow it",
+    ErrorCode.UNSAFE_URL: "use a host name instead of an IP literal, no userinfo, and CONNECT for https",
+    ErrorCode.AUTH_REQUIRED: "send Proxy-Authorization: Basic base64(principal:token) or Bearer token",
+    ErrorCode.INVALID_INPUT: "send a well-formed HTTP/1.1 request with an absolute URI, or CONNECT host:port",
+    ErrorCode.TOO_LARGE: "the message passed a size cap (the message names it); send or fetch less",
+    ErrorCode.CONCURRENCY_LIMITED: "too many open tunnels: close some, or retry after Retry-After",
+    ErrorCode.DNS_FAILURE: "the name does not resolve; check the host name",
+    ErrorCode.CONNECT_FAILURE: "the origin refused, reset or answered badly; retry later or check the origin",
+    ErrorCode.TIMEOUT: "the origin was too slow; retry, or ask the operator about the proxy timeouts",
 }

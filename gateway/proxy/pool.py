@@ -1,8 +1,10 @@
-"""The upstream keep-alive pool of plain HTTP forwarding, keyed by (vetted address, host, port).
+"""The upstream keep-alive pool of plain HTTP forwarding, keyed by (principal, vetted address, host, port).
 
 Owns idle upstream connections between requests: a connection is only ever reused for the same
-vetted address and the same name and port it was opened for (a pinned decision is never widened
-by reuse), most recently used first, bounded per key and in total, and closed once idle too long.
+principal and the same vetted address, name and port it was opened for (a pinned decision is
+never widened by reuse, and one principal's connection never carries another's request or
+response, whatever an origin leaves in it), most recently used first, bounded per key and in
+total, and closed once idle too long.
 
 Never dials and never decides: it hands back what a `PinnedTarget` already allows, or nothing.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gateway.egress.target import PinnedTarget
@@ -18,7 +21,8 @@ from gateway.egress.target import PinnedTarget
 if TYPE_CHECKING:
     from gateway.proxy.forward import UpstreamConnection
 
-PoolKey = tuple[str, str, int]
+# (principal, vetted address, host, port)
+PoolKey = tuple[str, str, str, int]
 
 MAX_IDLE_PER_KEY = 64
 MAX_IDLE_TOTAL = 1024
@@ -31,28 +35,28 @@ POOL_SWEEP_S = 5.0
 
 
 class UpstreamPool:
-    """Idle keep-alive connections by (vetted address, host, port): reuse only what was vetted."""
+    """Idle keep-alive connections by (principal, vetted address, host, port): reuse only what was vetted."""
 
     def __init__(self) -> None:
         self._idle: dict[PoolKey, list[UpstreamConnection]] = {}
         self._count = 0
-        self._keys: dict[tuple[tuple[object, ...], str, int], tuple[PoolKey, ...]] = {}
+        self._keys: dict[tuple[str, tuple[object, ...], str, int], tuple[PoolKey, ...]] = {}
         self._sweeper: asyncio.TimerHandle | None = None
 
-    def _keys_for(self, target: PinnedTarget) -> tuple[PoolKey, ...]:
+    def _keys_for(self, principal: str, target: PinnedTarget) -> tuple[PoolKey, ...]:
         # Formatting an IP address is slow in pure Python; a target's keys are formatted once.
-        lookup = (target.addresses, target.name, target.port)
+        lookup = (principal, target.addresses, target.name, target.port)
         keys = self._keys.get(lookup)
         if keys is None:
-            keys = tuple((str(address), target.name, target.port) for address in target.addresses)
+            keys = tuple((principal, text, target.name, target.port) for text in target.address_texts)
             if len(self._keys) >= MAX_CACHED_POOL_KEYS:
                 self._keys.clear()
             self._keys[lookup] = keys
         return keys
 
-    def acquire(self, target: PinnedTarget) -> UpstreamConnection | None:
-        """An idle connection to one of the target's vetted addresses (most recently used first)."""
-        for key in self._keys_for(target):
+    def acquire(self, principal: str, target: PinnedTarget) -> UpstreamConnection | None:
+        """An idle connection of `principal` to one of the target's vetted addresses (most recently used first)."""
+        for key in self._keys_for(principal, target):
             idle = self._idle.get(key)
             while idle:
                 conn = idle.pop()
@@ -89,6 +93,11 @@ class UpstreamPool:
             self._count -= 1
             if not idle:
                 del self._idle[conn.key]
+
+    def close_where(self, revoked: Callable[[UpstreamConnection], bool]) -> None:
+        """Close the idle connections `revoked` picks (live permission after a policy reload)."""
+        for conn in [conn for idle in self._idle.values() for conn in idle if revoked(conn)]:
+            conn.close()
 
     def close(self) -> None:
         if self._sweeper is not None:

@@ -1,14 +1,16 @@
-"""The forward-proxy listener: request heads, dispatch to CONNECT or forwarding, drain.
+"""The forward-proxy listener: client connections, dispatch to CONNECT or forwarding, drain.
 
-Owns the client side of every proxy connection as an asyncio Protocol: strict head parsing with
-httptools (llhttp), the head deadline (slowloris), size limits and keep-alive idle time,
-pipelined requests answered in order, denials with X-Egress-Code, and drain on shutdown. Each
-absolute-URI request goes to `dispatch.ForwardDispatcher` (decided without a task when cached
-state suffices), each CONNECT to `connect_flow.TunnelOpener`; `forward.py` owns the upstream
-side of an exchange and `tunnel.py` an established tunnel.
+Owns the client side of every proxy connection as an asyncio Protocol that feeds client bytes to
+its `request_framing.RequestFraming` (the sans-I/O request half: parsing, caps, pipelining,
+keep-alive intent) and carries out the events: the head deadline (slowloris) and keep-alive idle
+time, pipelined requests answered in order, denials with X-Egress-Code, live permission after a
+policy reload, and drain on shutdown. Each absolute-URI request goes to
+`dispatch.ForwardDispatcher` (decided without a task when cached state suffices), each CONNECT to
+`tunnel_opener.TunnelOpener`; `forward.py` owns the upstream side of an exchange and `tunnel.py`
+an established tunnel.
 
 Never resolves a name or dials a socket itself (the egress core decides, `open_pinned_connection`
-dials), never forwards or echoes the proxy credential.
+dials), never parses bytes itself, never forwards or echoes the proxy credential.
 """
 
 from __future__ import annotations
@@ -19,8 +21,6 @@ import time
 from collections import deque
 from typing import cast
 
-import httptools
-
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
@@ -28,9 +28,12 @@ from gateway.observe.audit import AuditLog
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.decision_caches import ProxyDecisions
 from gateway.proxy.dispatch import ForwardDispatcher
-from gateway.proxy.forward import PAUSE_PIPELINE, ForwardExchange
-from gateway.proxy.heads import MAX_HEAD_BYTES, MAX_HEADERS, MAX_URL_BYTES, error_response, named_by_connection
+from gateway.proxy.exchange import ForwardExchange, ParsedRequest, PauseReason
+from gateway.proxy.forward import UpstreamConnection
+from gateway.proxy.heads import error_response
+from gateway.proxy.live_permission import REVOKED_REASON, revocation
 from gateway.proxy.pool import UpstreamPool
+from gateway.proxy.request_framing import ConnectHead, RequestBody, RequestEnd, RequestFraming, RequestHead
 from gateway.proxy.sni import MAX_PEEK_BYTES
 from gateway.proxy.tunnel import Tunnel
 from gateway.proxy.tunnel_opener import TunnelOpener, TunnelRequest
@@ -38,10 +41,6 @@ from gateway.tasks import spawn
 
 LISTEN_BACKLOG = 4096
 DRAIN_POLL_S = 0.05
-
-
-class _HeadRefused(Exception):
-    """Raised inside an httptools callback to stop parsing; the reason is on the connection."""
 
 
 class ProxyServer:
@@ -93,6 +92,29 @@ class ProxyServer:
                 continue
         await self.close()
 
+    def policy_reloaded(self) -> None:
+        """Live permission: close tunnels, requests in flight and pooled connections that the
+        policy now in force denies (audited with close reason `policy_revoked`)."""
+        core = self.core
+        loaded = core.loaded
+        for tunnel in list(self.tunnels.tunnels):
+            if tunnel.kind != "connect":
+                continue  # the transparent listener re-decides its own (raw rules, port principals)
+            if revocation(core, loaded, tunnel.principal, tunnel.target, tunnel.address) is not None:
+                tunnel.close(REVOKED_REASON)
+        for conn in list(self.connections):
+            conn.revoke_if_denied()
+
+        def revoked(upstream: UpstreamConnection) -> bool:
+            rule, target = upstream.principal_rule, upstream.target
+            return (
+                rule is not None
+                and target is not None
+                and revocation(core, loaded, rule, target, upstream.key[1]) is not None
+            )
+
+        self.pool.close_where(revoked)
+
     def activity_ended(self) -> None:
         if self.draining:
             self._quiet.set()
@@ -110,28 +132,18 @@ class ClientConnection(asyncio.Protocol):
     """One client connection: parses heads, runs exchanges one at a time, or becomes a tunnel."""
 
     __slots__ = (
-        "_authorization",
-        "_chunked",
         "_closed",
         "_connecting",
-        "_connection_values",
         "_deadline",
         "_early",
         "_eof",
         "_exchange",
-        "_head_size",
-        "_headers",
+        "_framing",
         "_idle_timer",
-        "_in_head",
-        "_no_more_requests",
-        "_parser",
         "_pause_mask",
         "_queued",
-        "_raw_head_bytes",
         "_receiving",
-        "_refusal",
         "_tunnel",
-        "_url",
         "server",
         "transport",
     )
@@ -139,32 +151,21 @@ class ClientConnection(asyncio.Protocol):
     def __init__(self, server: ProxyServer) -> None:
         self.server = server
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
-        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
-        self._url = b""
-        self._headers: list[tuple[bytes, bytes]] = []
-        self._authorization: bytes | None = None
-        self._chunked = False
-        self._raw_head_bytes = 0
-        self._head_size = 0
-        self._in_head = True
-        self._refusal: GatewayError | None = None
+        # None once the connection is a tunnel (or refused): its parser's memory is freed.
+        self._framing: RequestFraming | None = RequestFraming()
         self._exchange: ForwardExchange | None = None
         self._receiving: ForwardExchange | None = None
-        self._queued: deque[
-            tuple[ForwardExchange, bytes, list[tuple[bytes, bytes]], bytes | None, frozenset[bytes]]
-        ] = deque()
+        self._queued: deque[ParsedRequest] = deque()
         self._tunnel: Tunnel | None = None
         self._connecting = False
         # Client bytes that arrive while a CONNECT is being dialed (a ClientHello sent eagerly).
         self._early = bytearray()
-        self._pause_mask = 0
+        self._pause_mask = PauseReason(0)
         # One deadline serves the head deadline and the keep-alive idle time (which one: _idle_timer).
         self._deadline = LazyDeadline(self._timeout, server.loop)
         self._idle_timer = False
-        self._connection_values: list[bytes] = []
         self._eof = False
         self._closed = False
-        self._no_more_requests = False
 
     @property
     def closed(self) -> bool:
@@ -192,33 +193,26 @@ class ClientConnection(asyncio.Protocol):
             if len(self._early) > MAX_PEEK_BYTES:
                 self.transport.pause_reading()
             return
-        parser = self._parser
-        if parser is None or self._closed:
+        framing = self._framing
+        if framing is None or self._closed:
             return
-        if self._in_head:
-            self._raw_head_bytes += len(data)
-        try:
-            parser.feed_data(data)
-        except httptools.HttpParserUpgrade as upgrade:
-            if parser.get_method() != b"CONNECT":
-                self._refuse(GatewayError(ErrorCode.INVALID_INPUT, "protocol upgrades are not proxied; use CONNECT"))
+        if self._idle_timer:
+            # The next head has started: it must complete within the head deadline (slowloris).
+            self._set_deadline(self.server.core.loaded.policy.proxy.head_timeout_s, idle=False)
+        for event in framing.feed(data):
+            if isinstance(event, RequestBody):
+                if self._receiving is not None:
+                    self._receiving.request_body(event.data)
+            elif isinstance(event, RequestHead):
+                self._request_head(event)
+            elif isinstance(event, RequestEnd):
+                self._request_end()
+            elif isinstance(event, ConnectHead):
+                self._deadline.clear()  # the tunnel's own limits take over
+                self._begin_connect(event)
+            else:
+                self._refuse(event.error)
                 return
-            self._begin_connect(data[upgrade.args[0] :])
-            return
-        except httptools.HttpParserError as exc:
-            if self._no_more_requests:
-                # RFC 9112 section 9.6: after a request that asked to close, further requests are
-                # not processed; it is still owed its response, so the bytes are dropped, not refused.
-                self._parser = None
-                return
-            refusal = self._refusal or GatewayError(ErrorCode.INVALID_INPUT, f"malformed request: {exc}")
-            self._refuse(refusal)
-            return
-        if self._no_more_requests:
-            self._parser = None
-            return
-        if self._in_head and self._raw_head_bytes > MAX_HEAD_BYTES:
-            self._refuse(GatewayError(ErrorCode.TOO_LARGE, "the request head is too large", status=431))
 
     def eof_received(self) -> bool | None:
         if self._tunnel is not None:
@@ -234,7 +228,7 @@ class ClientConnection(asyncio.Protocol):
         if self._tunnel is not None:
             self._tunnel.client_lost(exc)
             return
-        for exchange in [self._exchange, *(q[0] for q in self._queued)]:
+        for exchange in [self._exchange, *(queued.exchange for queued in self._queued)]:
             if exchange is not None and exchange.upstream is not None:
                 upstream = exchange.upstream
                 upstream.exchange = None
@@ -256,98 +250,39 @@ class ClientConnection(asyncio.Protocol):
         elif self._exchange is not None and self._exchange.upstream is not None:
             self._exchange.upstream.resume_reading()
 
-    # httptools callbacks ----------------------------------------------------------------------
-    def on_message_begin(self) -> None:
-        self._url = b""
-        self._head_size = 0
-        self._headers = []
-        self._authorization = None
-        self._chunked = False
-        self._in_head = True
-        self._connection_values = []
-        if self._idle_timer:
-            # The next head has started: it must complete within the head deadline (slowloris).
-            self._set_deadline(self.server.core.loaded.policy.proxy.head_timeout_s, idle=False)
-
-    def on_url(self, url: bytes) -> None:
-        self._url += url
-        self._head_size += len(url)
-        if len(self._url) > MAX_URL_BYTES:
-            self._refusal = GatewayError(ErrorCode.TOO_LARGE, "the request line is too long", status=431)
-            raise _HeadRefused
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        headers = self._headers
-        if len(headers) >= MAX_HEADERS:
-            self._refusal = GatewayError(ErrorCode.TOO_LARGE, f"more than {MAX_HEADERS} header fields", status=431)
-            raise _HeadRefused
-        self._head_size += len(name) + len(value) + 4
-        if self._head_size > MAX_HEAD_BYTES:
-            self._refusal = GatewayError(ErrorCode.TOO_LARGE, "the request head is too large", status=431)
-            raise _HeadRefused
-        lowered = name.lower()
-        if lowered == b"proxy-authorization":
-            if self._authorization is not None:
-                self._refusal = GatewayError(ErrorCode.INVALID_INPUT, "two Proxy-Authorization fields")
-                raise _HeadRefused
-            self._authorization = value
-        elif lowered == b"connection":
-            self._connection_values.append(value)
-        elif lowered == b"transfer-encoding":
-            # Only `chunked` alone: any other coding makes the body length ambiguous between us
-            # and the origin (request smuggling).
-            if value.strip().lower() != b"chunked" or self._chunked:
-                self._refusal = GatewayError(ErrorCode.INVALID_INPUT, "only one Transfer-Encoding: chunked is accepted")
-                raise _HeadRefused
-            self._chunked = True
-        headers.append((name, value))
-
-    def on_headers_complete(self) -> None:
-        parser = self._parser
-        assert parser is not None
-        self._in_head = False
-        self._raw_head_bytes = 0
-        self._deadline.clear()  # no deadline of ours while the request is served or tunnelled
-        method = parser.get_method()
-        if method == b"CONNECT":
-            return  # httptools raises HttpParserUpgrade next; handled in data_received
+    # request events ---------------------------------------------------------------------------
+    def _request_head(self, head: RequestHead) -> None:
+        self._deadline.clear()  # no deadline of ours while the request is served
         exchange = ForwardExchange(
             self,
-            method,
-            chunked_request=self._chunked,
-            client_http10=parser.get_http_version() == "1.0",
-            client_keep_alive=parser.should_keep_alive(),
+            head.method,
+            chunked_request=head.chunked,
+            client_http10=head.http10,
+            client_keep_alive=head.keep_alive,
         )
         self._receiving = exchange
-        item = (exchange, self._url, self._headers, self._authorization, named_by_connection(self._connection_values))
+        item = ParsedRequest(exchange, head.url, head.headers, head.authorization, head.connection_named)
         if self._exchange is None:
             self._exchange = exchange
-            self.server.dispatcher.start(*item)
+            self.server.dispatcher.start(item)
         else:
             # Pipelined: answer in order, and read no further until this one's turn.
             self._queued.append(item)
-            self.pause_client_reading(PAUSE_PIPELINE)
+            self.pause_client_reading(PauseReason.PIPELINE)
 
-    def on_body(self, body: bytes) -> None:
-        if self._receiving is not None:
-            self._receiving.request_body(body)
-
-    def on_message_complete(self) -> None:
+    def _request_end(self) -> None:
         receiving = self._receiving
         self._receiving = None
-        self._in_head = True
         if receiving is not None:
-            if not receiving.client_keep_alive:
-                self._no_more_requests = True
             receiving.request_end()
 
     # the ClientSide interface used by forward.py ---------------------------------------------
-    def pause_client_reading(self, reason: int) -> None:
+    def pause_client_reading(self, reason: PauseReason) -> None:
         if not self._pause_mask and not self._closed:
             self.transport.pause_reading()
         self._pause_mask |= reason
 
-    def resume_client_reading(self, reason: int) -> None:
+    def resume_client_reading(self, reason: PauseReason) -> None:
         if not self._pause_mask & reason:
             return
         self._pause_mask &= ~reason
@@ -415,18 +350,19 @@ class ClientConnection(asyncio.Protocol):
     def _next_exchange(self) -> None:
         if self._queued:
             item = self._queued.popleft()
-            self._exchange = item[0]
+            self._exchange = item.exchange
             if not self._queued:
-                self.resume_client_reading(PAUSE_PIPELINE)
-            self.server.dispatcher.start(*item)
+                self.resume_client_reading(PauseReason.PIPELINE)
+            self.server.dispatcher.start(item)
             return
         self._set_deadline(self.server.core.loaded.policy.proxy.idle_timeout_s, idle=True)
 
-    def _begin_connect(self, early: bytes) -> None:
+    def _begin_connect(self, head: ConnectHead) -> None:
         opener = self.server.tunnels
+        self._framing = None  # a tunnel never parses HTTP again; free the parser's memory
         try:
             # Decided here when cached state suffices: a refusal is answered without a task.
-            request = opener.decide(self._url, self._authorization)
+            request = opener.decide(head.authority, head.authorization)
         except GatewayError as error:
             self.transport.write(error_response(error, keep_alive=False))
             self._close()
@@ -434,7 +370,7 @@ class ClientConnection(asyncio.Protocol):
         # Reading continues while the upstream is dialed (no pause/resume pair per tunnel);
         # data_received holds whatever arrives until the tunnel exists.
         self._connecting = True
-        self._early += early
+        self._early += head.rest
         spawn(self._open_tunnel(request), name="proxy-connect", loop=self.server.loop)
 
     async def _open_tunnel(self, request: TunnelRequest) -> None:
@@ -450,11 +386,9 @@ class ClientConnection(asyncio.Protocol):
         self._connecting = False
         if self._closed or self.server.draining:
             # While dialing, only a reset closes the client side (a FIN is answered as a half-close).
-            opener.abandon(request, dialed[0], "shutdown" if self.server.draining else "client_reset")
+            opener.abandon(request, dialed, "shutdown" if self.server.draining else "client_reset")
             self._close()
             return
-        self._parser = None  # a tunnel never parses HTTP again; free the parser's memory
-        self._headers = []
         early = self._early
         if early:
             self._early = bytearray()
@@ -471,7 +405,7 @@ class ClientConnection(asyncio.Protocol):
     # closing ---------------------------------------------------------------------------------
     def _refuse(self, error: GatewayError) -> None:
         """A head that cannot be served: answer once and close (the stream is out of sync)."""
-        self._parser = None
+        self._framing = None
         if self._closed:
             return
         if self._exchange is not None and self._exchange.upstream is not None:
@@ -482,6 +416,23 @@ class ClientConnection(asyncio.Protocol):
         self.server.decisions.record_deny("http", None, None, None, error=error, generation=generation)
         self.transport.write(error_response(error, keep_alive=False))
         self._close()
+
+    def revoke_if_denied(self) -> None:
+        """Drop the request in flight (and the connection) if the policy now denies its destination."""
+        exchange = self._exchange
+        if exchange is None or exchange.target is None or exchange.principal_rule is None or self._closed:
+            return
+        upstream = exchange.upstream
+        address = upstream.key[1] if upstream is not None else exchange.target.address_texts[0]
+        loaded = self.server.core.loaded
+        if revocation(self.server.core, loaded, exchange.principal_rule, exchange.target, address) is None:
+            return
+        if upstream is not None:
+            upstream.exchange = None
+            upstream.close()
+        self.server.decisions.record_exchange_close(exchange, REVOKED_REASON)
+        self._exchange = None
+        self.abort(REVOKED_REASON)
 
     def close_if_idle(self) -> None:
         if not self.busy:

@@ -37,6 +37,7 @@ class ClientHelloPeek:
     status: PeekStatus
     server_name: str | None = None
     reason: str = ""
+    consumed: int = 0  # COMPLETE: the bytes of the records that carried the ClientHello
 
 
 _NEED_MORE = ClientHelloPeek(PeekStatus.NEED_MORE)
@@ -46,7 +47,7 @@ def _malformed(reason: str) -> ClientHelloPeek:
     return ClientHelloPeek(PeekStatus.MALFORMED, None, reason)
 
 
-def _reassemble(data: bytes) -> bytes | ClientHelloPeek:
+def _reassemble(data: bytes) -> tuple[bytes, int] | ClientHelloPeek:
     """Concatenate handshake record fragments until the ClientHello message is whole."""
     if len(data) < 1:
         return _NEED_MORE
@@ -69,14 +70,29 @@ def _reassemble(data: bytes) -> bytes | ClientHelloPeek:
             return _NEED_MORE if end <= MAX_PEEK_BYTES else _malformed("ClientHello too large")
         handshake += data[offset + TLS_RECORD_HEADER_BYTES : end]
         offset = end
-        if len(handshake) >= 4:
-            if handshake[0] != HANDSHAKE_CLIENT_HELLO:
-                return _malformed("the first handshake message is not a ClientHello")
-            body_length = int.from_bytes(handshake[1:4], "big")
-            if body_length > MAX_CLIENT_HELLO_BYTES:
-                return _malformed("ClientHello too large")
-            if len(handshake) >= 4 + body_length:
-                return bytes(handshake[4 : 4 + body_length])
+        whole = _whole_hello(handshake)
+        if isinstance(whole, ClientHelloPeek):
+            return whole
+        if whole is not None:
+            return whole, offset
+
+
+def _whole_hello(handshake: bytearray) -> bytes | ClientHelloPeek | None:
+    """The ClientHello body once the reassembled handshake holds all of it (None: not yet)."""
+    if len(handshake) < 4:
+        return None
+    if handshake[0] != HANDSHAKE_CLIENT_HELLO:
+        return _malformed("the first handshake message is not a ClientHello")
+    body_length = int.from_bytes(handshake[1:4], "big")
+    if body_length > MAX_CLIENT_HELLO_BYTES:
+        return _malformed("ClientHello too large")
+    if len(handshake) > 4 + body_length:
+        # A second handshake message in the ClientHello's record: no client sends one, and a
+        # server could act on it after the checked one (a second ClientHello).
+        return _malformed("bytes follow the ClientHello in its record")
+    if len(handshake) == 4 + body_length:
+        return bytes(handshake[4:])
+    return None
 
 
 class _Reader:
@@ -159,7 +175,11 @@ def parse_client_hello(body: bytes) -> ClientHelloPeek:
 
 def peek_client_hello(data: bytes) -> ClientHelloPeek:
     """What the first client bytes of a tunnel are: need more, not TLS, malformed, or the SNI."""
-    body = _reassemble(data)
-    if isinstance(body, ClientHelloPeek):
-        return body
-    return parse_client_hello(body)
+    reassembled = _reassemble(data)
+    if isinstance(reassembled, ClientHelloPeek):
+        return reassembled
+    body, consumed = reassembled
+    peek = parse_client_hello(body)
+    if peek.status is PeekStatus.COMPLETE:
+        return ClientHelloPeek(PeekStatus.COMPLETE, peek.server_name, consumed=consumed)
+    return peek

@@ -1,7 +1,8 @@
 """The CONNECT splice: bytes both ways between a client and a pinned upstream, bounded.
 
-Owns an established tunnel: the SNI gate on the client's first flight (held, peeked, then
-forwarded unchanged), backpressure (a side whose write buffer passes the high-water mark pauses
+Owns an established tunnel: the SNI gate on the client's handshake (`hello_gate.HelloGate`: the
+first ClientHello, and the second after a HelloRetryRequest, held, peeked, then forwarded
+unchanged), backpressure (a side whose write buffer passes the high-water mark pauses
 reading on the other side, so memory per tunnel stays bounded by the watermarks), the idle
 timeout, the maximum lifetime, guarded half-closes, byte counts, and the close audit line.
 
@@ -13,14 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, cast
 
+from gateway.egress.target import PinnedTarget
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
-from gateway.policy.model import SniMode
+from gateway.policy.model import Principal, ProxySettings, SniMode
 from gateway.proxy.deadline import LazyDeadline
-from gateway.proxy.sni import MAX_PEEK_BYTES, ClientHelloPeek, PeekStatus, peek_client_hello
+from gateway.proxy.hello_gate import HelloGate
+from gateway.proxy.sni import ClientHelloPeek, PeekStatus
 
 # Per direction, the most a tunnel buffers before it stops reading the other side: large enough
 # that a bulk transfer rarely pauses (each pause/resume is a wake-up and epoll change), small
@@ -61,6 +64,16 @@ def sni_verdict(mode: SniMode, port: int, connect_host: str, host_is_ip: bool, p
     if name != connect_host:
         return f"TLS SNI {name!r} differs from the CONNECT host {connect_host!r}"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class DialedUpstream:
+    """A connected upstream for a tunnel: the decision it was dialed for and where it went."""
+
+    transport: asyncio.Transport
+    protocol: UpstreamTunnelProtocol
+    address: str
+    target: PinnedTarget
 
 
 class TunnelOwner(Protocol):
@@ -152,78 +165,77 @@ class Tunnel:
         "bytes_down",
         "bytes_up",
         "client",
-        "close_reason",
         "closed",
-        "connect_host",
         "deadline",
         "ends_at",
         "eofs",
-        "generation",
-        "host_is_ip",
+        "gate",
         "idle_s",
         "kind",
         "last_activity",
         "owner",
-        "peek_buffer",
-        "port",
         "principal",
-        "sni_mode",
+        "settings",
+        "sni",
         "started",
+        "target",
         "upstream",
         "upstream_proto",
     )
 
     def __init__(
         self,
-        *,
         owner: TunnelOwner,
         audit: AuditLog,
         client: asyncio.Transport,
-        upstream: asyncio.Transport,
-        upstream_proto: UpstreamTunnelProtocol,
-        principal: str,
-        connect_host: str,
-        host_is_ip: bool,
-        port: int,
-        address: str,
-        generation: int,
-        sni_mode: SniMode,
-        idle_s: float,
-        lifetime_s: float,
+        dialed: DialedUpstream,
+        *,
+        principal: Principal,
+        settings: ProxySettings,
         deadline: LazyDeadline,
         kind: str = "connect",
+        sni: SniMode | None = None,
     ) -> None:
         self.owner = owner
         # The audit kind: "connect" here, "transparent" for a redirected connection.
         self.kind = kind
         self.audit = audit
         self.client = client
-        self.upstream = upstream
-        self.upstream_proto = upstream_proto
+        self.upstream = dialed.transport
+        self.upstream_proto = dialed.protocol
+        self.address = dialed.address
+        self.target = dialed.target
         self.principal = principal
-        self.connect_host = connect_host
-        self.host_is_ip = host_is_ip
-        self.port = port
-        self.address = address
-        self.generation = generation
-        self.sni_mode: SniMode = sni_mode
+        self.settings = settings
         self.bytes_up = 0
         self.bytes_down = 0
         self.closed = False
         self.eofs = 0
-        self.close_reason = "closed"
         self.started = time.monotonic()
         self.last_activity = self.started
-        self.idle_s = idle_s
-        # None: the first flight has been checked (or needs no check) and bytes flow freely.
-        self.peek_buffer: bytearray | None = bytearray() if sni_mode != "off" else None
-        self.ends_at = self.started + lifetime_s
+        self.idle_s = settings.idle_timeout_s
+        # None: the handshake has been checked (or needs no check) and bytes flow freely.
+        # `sni` overrides the policy's mode (the transparent listener has no CONNECT name to match).
+        self.sni: SniMode = settings.sni if sni is None else sni
+        self.gate: HelloGate | None = HelloGate(self._sni_refusal) if self.sni != "off" else None
+        self.ends_at = self.started + settings.max_tunnel_lifetime_s
         # The client connection's deadline serves both limits: its timer, armed at accept for the
         # head deadline, fires first and re-arms for the time left, so a tunnel setup arms no
         # timer of its own. The owner routes its expiry to `deadline_check`.
         self.deadline = deadline
-        deadline.set(min(idle_s, lifetime_s))
+        deadline.set(min(self.idle_s, settings.max_tunnel_lifetime_s))
         client.set_write_buffer_limits(WRITE_HIGH_WATER_BYTES, WRITE_LOW_WATER_BYTES)
+
+    @property
+    def connect_host(self) -> str:
+        return self.target.name
+
+    @property
+    def port(self) -> int:
+        return self.target.port
+
+    def _sni_refusal(self, peek: ClientHelloPeek) -> str | None:
+        return sni_verdict(self.sni, self.port, self.connect_host, self.target.host.ip is not None, peek)
 
     def start(self, early: bytes) -> None:
         """Attach to the upstream protocol, deliver anything that arrived early, start reading."""
@@ -243,37 +255,57 @@ class Tunnel:
     # client → upstream -------------------------------------------------------------------------
     def from_client(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
-        if self.peek_buffer is not None:
-            self.peek_buffer += data
-            peek = peek_client_hello(bytes(self.peek_buffer))
-            if peek.status == PeekStatus.NEED_MORE and len(self.peek_buffer) < MAX_PEEK_BYTES:
+        gate = self.gate
+        if gate is not None:
+            step = gate.from_client(data)
+            if step.refusal is not None:
+                self._refuse_sni(step.refusal)
                 return
-            refusal = sni_verdict(self.sni_mode, self.port, self.connect_host, self.host_is_ip, peek)
-            if refusal is not None:
-                _SNI_DENIED.inc()
-                self.audit.decision(
-                    kind=self.kind,
-                    principal=self.principal,
-                    host=self.connect_host,
-                    port=self.port,
-                    addresses=(self.address,),
-                    decision="deny",
-                    code="policy_denied",
-                    reason=refusal,
-                    generation=self.generation,
-                    stage="sni",
-                )
-                self.close("sni_denied", abort=True)
+            if gate.open:
+                self.gate = None
+            elif step.hold:
+                self.client.pause_reading()  # resumed when the server's first flight releases it
+            data = step.to_upstream
+            if not data:
                 return
-            data = bytes(self.peek_buffer)
-            self.peek_buffer = None
         self.bytes_up += len(data)
         self.upstream.write(data)
 
+    def _refuse_sni(self, refusal: str) -> None:
+        _SNI_DENIED.inc()
+        self.audit.decision(
+            kind=self.kind,
+            principal=self.principal.name,
+            host=self.connect_host,
+            port=self.port,
+            addresses=(self.address,),
+            decision="deny",
+            code="policy_denied",
+            reason=refusal,
+            generation=self.target.generation,
+            stage="sni",
+        )
+        self.close("sni_denied", abort=True)
+
+    def _server_flight(self, data: bytes | bytearray | memoryview) -> None:
+        """The server's bytes while the gate waits for its first flight (relayed as usual)."""
+        gate = self.gate
+        assert gate is not None
+        step = gate.from_server(data)
+        if step.refusal is not None:
+            self._refuse_sni(step.refusal)
+            return
+        if gate.open:
+            self.gate = None
+            self.client.resume_reading()
+        if step.to_upstream:
+            self.bytes_up += len(step.to_upstream)
+            self.upstream.write(step.to_upstream)
+
     def client_eof(self) -> bool:
         """Half-close toward the upstream; keep the tunnel open for the other direction."""
-        if self.peek_buffer is not None:
-            # The client gave up before its first flight was complete: nothing may be forwarded.
+        if self.gate is not None:
+            # The client gave up before its handshake was checked: nothing more may be forwarded.
             self.close("client_closed")
             return False
         self.eofs |= EOF_FROM_CLIENT
@@ -289,6 +321,10 @@ class Tunnel:
     # upstream → client -------------------------------------------------------------------------
     def from_upstream(self, buffer: bytearray, nbytes: int) -> None:
         """The first `nbytes` of the shared read buffer go to the client."""
+        if self.gate is not None:
+            self._server_flight(memoryview(buffer)[:nbytes])
+            if self.closed:
+                return
         client = self.client
         if client.get_write_buffer_size():
             # Queued behind earlier bytes: the transport keeps what it is given, so give it a copy.
@@ -338,7 +374,6 @@ class Tunnel:
         if self.closed:
             return
         self.closed = True
-        self.close_reason = reason
         self.deadline.cancel()
         for transport in (self.client, self.upstream):
             if not transport.is_closing():
@@ -356,7 +391,7 @@ class Tunnel:
             _DOWN.inc(self.bytes_down)
         self.audit.connection_closed(
             kind=self.kind,
-            principal=self.principal,
+            principal=self.principal.name,
             host=self.connect_host,
             port=self.port,
             bytes_up=self.bytes_up,
@@ -371,7 +406,3 @@ def _can_half_close(transport: asyncio.Transport) -> bool:
     # uvloop 0.23 freed a buffer twice when write_eof() met a transport whose peer had already
     # gone: only half-close a transport that is open and says it can.
     return not transport.is_closing() and transport.can_write_eof()
-
-
-def upstream_tunnel_factory() -> Callable[[], UpstreamTunnelProtocol]:
-    return UpstreamTunnelProtocol

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
@@ -23,7 +24,7 @@ from gateway.observe.audit import AuditLog
 from gateway.policy.model import LoadedPolicy, Principal, ProxySettings
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.decision_caches import ProxyDecisions
-from gateway.proxy.tunnel import Tunnel, UpstreamTunnelProtocol
+from gateway.proxy.tunnel import DialedUpstream, Tunnel, UpstreamTunnelProtocol
 from gateway.vet.urls import VettedHost
 
 CONNECT_ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
@@ -32,24 +33,17 @@ LIMIT_RETRY_AFTER_S = 1.0
 _CONNECT_LATENCY = metrics.CONNECT_SECONDS.labels("connect")
 
 
-# The connected upstream: its transport, its protocol, and the address it was dialed at.
-DialedUpstream = tuple[asyncio.Transport, UpstreamTunnelProtocol, str]
-
-
+@dataclass(frozen=True, slots=True)
 class TunnelRequest:
     """A CONNECT that passed principal, authority and limits (counted), with its decision when
-    cached state sufficed (`target`), else None until `EgressCore.pin` has answered."""
+    cached state sufficed (`target`), else None: `dial` then asks `EgressCore.pin`, and the
+    decision travels on in the `DialedUpstream` it returns."""
 
-    __slots__ = ("host", "loaded", "port", "principal", "target")
-
-    def __init__(
-        self, principal: Principal, host: VettedHost, port: int, target: PinnedTarget | None, loaded: LoadedPolicy
-    ) -> None:
-        self.principal = principal
-        self.host = host
-        self.port = port
-        self.target = target
-        self.loaded = loaded
+    principal: Principal
+    host: VettedHost
+    port: int
+    target: PinnedTarget | None
+    loaded: LoadedPolicy
 
 
 class TunnelOpener:
@@ -101,7 +95,7 @@ class TunnelOpener:
         """`TunnelOwner`: called once when an established tunnel ends."""
         if tunnel in self.tunnels:
             self.tunnels.discard(tunnel)
-            self.release(tunnel.principal)
+            self.release(tunnel.principal.name)
         self._on_closed()
 
     # opening ------------------------------------------------------------------------------------
@@ -142,7 +136,6 @@ class TunnelOpener:
         try:
             if target is None:
                 target = await self.core.pin(principal, request.host, request.port, loaded=loaded)
-                request.target = target
             started = time.perf_counter()
             upstream, proto, address = await open_pinned_connection(
                 target,
@@ -179,15 +172,14 @@ class TunnelOpener:
             # Cancelled (shutdown): the reservation must not leak.
             self.release(principal.name)
             raise
-        return upstream, proto, address
+        return DialedUpstream(upstream, proto, address, target)
 
-    def abandon(self, request: TunnelRequest, upstream: asyncio.Transport, reason: str) -> None:
+    def abandon(self, request: TunnelRequest, dialed: DialedUpstream, reason: str) -> None:
         """The client left (or the gateway began draining) while the upstream was being dialed: the
         allowed decision and a close line with `reason` still reach the audit trail."""
-        upstream.close()
+        dialed.transport.close()
         self.release(request.principal.name)
-        target = request.target
-        assert target is not None  # dial() succeeded, so the decision was made
+        target = dialed.target
         self.decisions.record_allow("connect", request.principal, target)
         self.audit.connection_closed(
             kind="connect",
@@ -209,27 +201,15 @@ class TunnelOpener:
         deadline: LazyDeadline,
     ) -> Tunnel:
         """Record the decision, answer 200, and start splicing (with the SNI gate first)."""
-        target = request.target
-        assert target is not None
-        settings = request.loaded.policy.proxy
-        upstream, upstream_proto, address = dialed
-        self.decisions.record_allow("connect", request.principal, target)
+        self.decisions.record_allow("connect", request.principal, dialed.target)
         client.write(CONNECT_ESTABLISHED)
         tunnel = Tunnel(
-            owner=self,
-            audit=self.audit,
-            client=client,
-            upstream=upstream,
-            upstream_proto=upstream_proto,
-            principal=request.principal.name,
-            connect_host=target.name,
-            host_is_ip=target.host.ip is not None,
-            port=target.port,
-            address=address,
-            generation=target.generation,
-            sni_mode=settings.sni,
-            idle_s=settings.idle_timeout_s,
-            lifetime_s=settings.max_tunnel_lifetime_s,
+            self,
+            self.audit,
+            client,
+            dialed,
+            principal=request.principal,
+            settings=request.loaded.policy.proxy,
             deadline=deadline,
         )
         self.tunnels.add(tunnel)

@@ -16,6 +16,7 @@ Never parses HTTP itself and never writes a second HTTP/1.1 implementation.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 from gateway.egress.target import PinnedTarget
@@ -25,7 +26,8 @@ from gateway.observe.audit import AuditLog
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.decision_caches import ForwardTarget, ProxyDecisions
 from gateway.proxy.dispatch import ForwardDispatcher
-from gateway.proxy.forward import ForwardExchange
+from gateway.proxy.exchange import ForwardExchange, ParsedRequest
+from gateway.proxy.request_framing import ConnectHead
 from gateway.proxy.server import ClientConnection, ProxyServer
 from gateway.transparent.destination import pin_destination
 from gateway.transparent.listener import KIND, HttpHandOver, principal_for_port
@@ -102,30 +104,24 @@ class _TransparentClient(ClientConnection):
         super().__init__(server)
         self.original = original
 
-    def _begin_connect(self, early: bytes) -> None:
+    def _begin_connect(self, head: ConnectHead) -> None:
         self._refuse(GatewayError(ErrorCode.INVALID_INPUT, "CONNECT is not accepted on a transparent connection"))
 
 
 class _StrictDispatcher(ForwardDispatcher):
     """Origin-form targets made absolute, and the destination rule applied before sending."""
 
-    def start(
-        self,
-        exchange: ForwardExchange,
-        url: bytes,
-        headers: list[tuple[bytes, bytes]],
-        authorization: bytes | None,
-        named: frozenset[bytes],
-    ) -> None:
+    def start(self, request: ParsedRequest) -> None:
+        exchange = request.exchange
         client = exchange.client
         assert isinstance(client, _TransparentClient)
         try:
-            url = absolute_target(url, headers, client.original[1])
+            url = absolute_target(request.url, request.headers, client.original[1])
         except GatewayError as error:
             self.decisions.record_deny(KIND, None, None, client.original[1], error=error, generation=0)
             client.refuse_exchange(exchange, error)
             return
-        super().start(exchange, url, headers, authorization, named)
+        super().start(request if url is request.url else dataclasses.replace(request, url=url))
 
     def _send(
         self,

@@ -31,7 +31,7 @@ from gateway.policy.decide import decide_destination, internal_exceptions
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.sni import MAX_PEEK_BYTES
-from gateway.proxy.tunnel import Tunnel, UpstreamTunnelProtocol
+from gateway.proxy.tunnel import DialedUpstream, Tunnel, UpstreamTunnelProtocol
 from gateway.proxy.tunnel_opener import TunnelOpener
 from gateway.settings import ListenAddress
 from gateway.tasks import spawn
@@ -128,7 +128,9 @@ class TransparentListener:
                 continue
             del self.open[tunnel]
             address = ipaddress.ip_address(tunnel.address)
-            self.record_deny(tunnel.principal, tunnel.connect_host, (address, tunnel.port), refusal, loaded.generation)
+            self.record_deny(
+                tunnel.principal.name, tunnel.connect_host, (address, tunnel.port), refusal, loaded.generation
+            )
             tunnel.close("policy_changed")
 
     def record_deny(
@@ -189,7 +191,7 @@ def still_allowed(
         if not any(rule.host == tunnel.connect_host and rule.ip in (None, address) for rule in rules):
             return GatewayError(ErrorCode.POLICY_DENIED, f"{tunnel.connect_host}:{tunnel.port} is no longer in raw_tcp")
     else:
-        host = VettedHost(tunnel.connect_host, address if tunnel.host_is_ip else None)
+        host = tunnel.target.host
         decision = decide_destination(loaded.policy, principal, host, tunnel.port)
         if not decision.allowed:
             return decision.to_error()
@@ -443,22 +445,15 @@ class TransparentConnection(asyncio.Protocol):
             )
             return
         tunnel = self.tunnel = Tunnel(
-            owner=listener.tunnels,
-            audit=listener.audit,
-            client=self.transport,
-            upstream=upstream,
-            upstream_proto=proto,
-            principal=principal.name,
-            connect_host=target.name,
-            host_is_ip=target.host.ip is not None,
-            port=target.port,
-            address=address,
-            generation=target.generation,
-            sni_mode="off",  # the name *is* the SNI (or the raw rule): nothing left to compare
-            idle_s=settings.idle_timeout_s,
-            lifetime_s=settings.max_tunnel_lifetime_s,
+            listener.tunnels,
+            listener.audit,
+            self.transport,
+            DialedUpstream(upstream, proto, address, target),
+            principal=principal,
+            settings=settings,
             deadline=self.deadline,
             kind=KIND,
+            sni="off",  # the name *is* the SNI (or the raw rule): nothing left to compare
         )
         listener.tunnels.tunnels.add(tunnel)
         listener.open[tunnel] = (self.uid, self.raw)

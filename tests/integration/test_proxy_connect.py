@@ -23,12 +23,12 @@ from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.decide import token_digest
 from gateway.vet.urls import vet_host
+from tests.harness import proxy as support
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess, free_port
 from tests.harness.origins import Origin, OriginFactory
-from tests.integration import test_proxy_support as support
-from tests.integration.test_proxy_support import (
+from tests.harness.proxy import (
     ProxyProcess,
     basic,
     proxy_policy,

@@ -13,11 +13,11 @@ import httpx
 import pytest
 from aiohttp import web
 
+from tests.harness import proxy as support
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import free_port
 from tests.harness.origins import Origin, OriginFactory
-from tests.integration import test_proxy_support as support
-from tests.integration.test_proxy_support import (
+from tests.harness.proxy import (
     ProxyProcess,
     proxy_policy,
     raw_exchange,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import base64
 
+import orjson
 import pytest
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.forward import build_request_head
+from gateway.proxy.exchange import build_request_head
 from gateway.proxy.heads import (
-    end_to_end_headers,
     error_response,
     parse_connect_authority,
     parse_proxy_authorization,
@@ -157,7 +157,6 @@ def test_hop_by_hop_and_proxy_headers_are_not_forwarded() -> None:
         (b"Accept", b"*/*"),
         (b"Content-Length", b"3"),
     ]
-    assert end_to_end_headers(headers) == [(b"Accept", b"*/*"), (b"Content-Length", b"3")]
     head = build_request_head(b"POST", b"/p", b"a.example.org", headers, chunked=True)
     assert head == (
         b"POST /p HTTP/1.1\r\nHost: a.example.org\r\nAccept: */*\r\nContent-Length: 3\r\n"
@@ -168,10 +167,14 @@ def test_hop_by_hop_and_proxy_headers_are_not_forwarded() -> None:
 def test_denial_response_carries_code_header_and_json_body() -> None:
     raw = error_response(GatewayError(ErrorCode.POLICY_DENIED, "no"), keep_alive=True)
     head, body = raw.split(b"\r\n\r\n", 1)
-    assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+    assert head.startswith(b"HTTP/1.1 403 Forbidden (egress: policy_denied)\r\n")
     assert b"X-Egress-Code: policy_denied" in head
     assert b"Connection: keep-alive" in head
-    assert body == b'{"error":{"code":"policy_denied","message":"no","retryable":false}}'
+    document = orjson.loads(body)
+    assert document["error"]["code"] == "policy_denied"
+    assert document["error"]["message"] == "no"
+    assert document["error"]["retryable"] is False
+    assert "allow_domains" in document["error"]["hint"]
 
 
 def test_auth_denial_is_407_with_proxy_authenticate() -> None:

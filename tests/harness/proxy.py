@@ -1,8 +1,9 @@
-"""Support for the proxy integration tests: a real `egress-gateway serve`, seen from its proxy.
+"""The proxy tests' harness: a real `egress-gateway serve`, seen from its proxy listener.
 
 `ProxyProcess` is a `GatewayProcess` (policy file, fake DNS, test CA, audit file, free loopback
 ports) with helpers to read its RSS and wait for audit lines, so tests can drive the proxy with
-curl and httpx exactly as an agent would and send the daemon SIGTERM. No tests live here.
+curl and httpx exactly as an agent would and send the daemon SIGTERM; `proxy_factory` is the
+fixture that starts them, `raw_exchange` talks raw bytes to one. No tests live here.
 """
 
 from __future__ import annotations

@@ -1,0 +1,192 @@
+"""One forwarded request and what both sides of the proxy share about it, and its upstream head.
+
+Owns the state of one plain-HTTP exchange (`ForwardExchange`): the request's framing and
+keep-alive intent as parsed, its body on the way upstream (held, bounded, until a connection
+exists), the retry rule of an idempotent request, and the decision it was allowed under; the
+`ClientSide` interface the upstream half calls back through; the reasons client reading is paused
+(`PauseReason`); and `build_request_head`, the rewritten head the upstream sees (origin-form
+target, Host from the URI, hop-by-hop fields, the fields Connection names and Proxy-* removed).
+
+Never reads or writes a socket of its own (the listener and `forward.UpstreamConnection` do),
+never decides policy, never forwards Proxy-Authorization.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from enum import IntFlag
+from typing import TYPE_CHECKING, Protocol
+
+from gateway.egress.target import PinnedTarget
+from gateway.errors import GatewayError
+from gateway.policy.model import Principal
+from gateway.proxy.heads import HOP_BY_HOP, connection_tokens
+
+if TYPE_CHECKING:
+    from gateway.proxy.forward import UpstreamConnection
+
+WRITE_HIGH_WATER_BYTES = 256 * 1024
+WRITE_LOW_WATER_BYTES = 64 * 1024
+# RFC 9110 section 9.2.2: a request with one of these methods may be sent again when the
+# connection failed before any response arrived (section 9.2.2 and RFC 9112 section 9.3.1).
+IDEMPOTENT_METHODS = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
+
+
+class PauseReason(IntFlag):
+    """Why the client's reading is paused; reading resumes once no reason is left."""
+
+    UPSTREAM_WRITE = 1  # the upstream's write buffer is full
+    BODY_BUFFER = 2  # a request body is held while the upstream is dialed
+    PIPELINE = 4  # a pipelined request waits for the ones before it
+
+
+class ClientSide(Protocol):
+    """What the forwarder and dispatcher need from the client connection (implemented in server.py)."""
+
+    transport: asyncio.Transport
+
+    @property
+    def closed(self) -> bool: ...
+
+    def refuse_exchange(self, exchange: ForwardExchange, error: GatewayError) -> None: ...
+
+    def response_finished(self, exchange: ForwardExchange, *, keep_alive: bool, reason: str) -> None: ...
+
+    def fail_exchange(self, exchange: ForwardExchange, code: str, message: str) -> None: ...
+
+    def retry_exchange(self, exchange: ForwardExchange) -> None: ...
+
+    def pause_client_reading(self, reason: PauseReason) -> None: ...
+
+    def resume_client_reading(self, reason: PauseReason) -> None: ...
+
+
+class ForwardExchange:
+    """One request and its response: state shared by the client and upstream protocols."""
+
+    __slots__ = (
+        "body_done",
+        "bytes_down",
+        "bytes_up",
+        "chunked_request",
+        "client",
+        "client_http10",
+        "client_keep_alive",
+        "head_only",
+        "max_response_bytes",
+        "method",
+        "pending",
+        "pending_bytes",
+        "principal",
+        "principal_rule",
+        "request_head",
+        "response_head_s",
+        "response_idle_s",
+        "response_total_s",
+        "retried",
+        "started",
+        "target",
+        "upstream",
+    )
+
+    def __init__(
+        self, client: ClientSide, method: bytes, *, chunked_request: bool, client_http10: bool, client_keep_alive: bool
+    ) -> None:
+        self.client = client
+        self.method = method
+        self.head_only = method == b"HEAD"
+        self.chunked_request = chunked_request
+        self.client_http10 = client_http10
+        self.client_keep_alive = client_keep_alive
+        self.body_done = False
+        self.pending: list[bytes] = []
+        self.pending_bytes = 0
+        self.upstream: UpstreamConnection | None = None
+        self.bytes_up = 0
+        self.bytes_down = 0
+        self.max_response_bytes = 0
+        self.response_idle_s = 0.0
+        self.response_head_s = 0.0
+        self.response_total_s = 0.0
+        self.request_head = b""
+        self.retried = False
+        self.started = time.perf_counter()
+        self.principal = ""
+        self.principal_rule: Principal | None = None  # what the decision was made for (live permission)
+        self.target: PinnedTarget | None = None
+
+    def request_body(self, data: bytes) -> None:
+        framed = b"%x\r\n%b\r\n" % (len(data), data) if self.chunked_request else data
+        self.bytes_up += len(data)
+        upstream = self.upstream
+        if upstream is not None and upstream.transport is not None:
+            upstream.last_activity = time.monotonic()  # a slow upload is not a hung origin
+            upstream.transport.write(framed)
+            return
+        # Not connected yet: hold the body, but never more than one write buffer's worth.
+        self.pending.append(framed)
+        self.pending_bytes += len(framed)
+        if self.pending_bytes > WRITE_HIGH_WATER_BYTES:
+            self.client.pause_client_reading(PauseReason.BODY_BUFFER)
+
+    @property
+    def resendable(self) -> bool:
+        """Whether the whole request can be sent again: idempotent, no body bytes, not yet retried."""
+        return self.method in IDEMPOTENT_METHODS and self.body_done and self.bytes_up == 0 and not self.retried
+
+    def prepare_retry(self) -> None:
+        """Reset what the failed attempt consumed so `UpstreamConnection.start` can send it again."""
+        self.retried = True
+        self.upstream = None
+        self.pending = [b"0\r\n\r\n"] if self.chunked_request else []
+        self.pending_bytes = 0
+
+    def request_end(self) -> None:
+        self.body_done = True
+        if self.chunked_request:
+            if self.upstream is not None and self.upstream.transport is not None:
+                self.upstream.transport.write(b"0\r\n\r\n")
+            else:
+                self.pending.append(b"0\r\n\r\n")
+        if self.upstream is not None and self.upstream.response_complete:
+            self.upstream.finish()
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    """A request head as the listener parsed it, waiting for its decision (or its pipeline turn)."""
+
+    exchange: ForwardExchange
+    url: bytes
+    headers: list[tuple[bytes, bytes]]
+    authorization: bytes | None
+    connection_named: frozenset[bytes]  # the header names its Connection field lists
+
+
+def build_request_head(
+    method: bytes,
+    target: bytes,
+    authority: bytes,
+    headers: list[tuple[bytes, bytes]],
+    chunked: bool,
+    *,
+    named: frozenset[bytes] | None = None,
+) -> bytes:
+    """The upstream head: origin-form target, Host from the absolute URI, end-to-end headers only.
+
+    `named` are the header names the request's Connection field lists, when the caller already
+    collected them while parsing (None: scan `headers` for Connection here)."""
+    if named is None:
+        named = connection_tokens(headers)
+    parts = [method, b" ", target, b" HTTP/1.1\r\nHost: ", authority, b"\r\n"]
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered in HOP_BY_HOP or lowered in named or lowered.startswith(b"proxy-") or lowered == b"host":
+            continue
+        parts += (name, b": ", value, b"\r\n")
+    if chunked:
+        parts.append(b"Transfer-Encoding: chunked\r\n")
+    parts.append(b"\r\n")
+    return b"".join(parts)

@@ -1,0 +1,235 @@
+"""The request half of a proxy client connection, without I/O: client bytes in, request events out.
+
+Owns how the listener reads HTTP/1.1 requests, as a state object in the style of h11: llhttp
+(httptools, strict: conflicting or duplicate framing, obs-fold, bare CR/LF, NUL and invalid
+methods are refused by the parser itself), the request-head caps counted on raw bytes (URL, head
+size, field count), the rules the proxy adds (a single `Transfer-Encoding: chunked` only, one
+`Proxy-Authorization`, no `Connection` field naming a framing field, trailers dropped and
+bounded, no protocol upgrade but CONNECT), pipelining (every request of a read comes out in
+order) and the keep-alive intent of each request (RFC 9112 section 9.6: after a request that
+asked to close, further bytes are dropped, not refused).
+
+Each `feed` returns the events of that read: `RequestHead`, `RequestBody`, `RequestEnd`,
+`ConnectHead` (the rest of the read belongs to the tunnel), or `Refusal` (answer it and close;
+nothing further is parsed). Never touches a socket or a timer; the listener carries the events out
+and the transparent listener can reuse it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httptools
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.proxy.heads import FRAMING_FIELDS, MAX_HEAD_BYTES, MAX_HEADERS, MAX_URL_BYTES, named_by_connection
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    """A complete request head (not CONNECT); its body and end follow as events."""
+
+    method: bytes
+    url: bytes
+    headers: list[tuple[bytes, bytes]]
+    authorization: bytes | None
+    connection_named: frozenset[bytes]  # header names the Connection field lists (hop-by-hop)
+    chunked: bool
+    http10: bool
+    keep_alive: bool  # this request's own intent (RFC 9112 section 9.3)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestBody:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEnd:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectHead:
+    """A CONNECT head; `rest` (bytes already read after it) belongs to the tunnel, not to HTTP."""
+
+    authority: bytes
+    authorization: bytes | None
+    rest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The stream cannot be served: answer `error` once and close (it is out of sync)."""
+
+    error: GatewayError
+
+
+UPGRADE_REFUSED = "protocol upgrades are not proxied; use CONNECT"
+RequestEvent = RequestHead | RequestBody | RequestEnd | ConnectHead | Refusal
+_END = RequestEnd()
+
+
+class _HeadRefused(Exception):
+    """Raised inside an httptools callback to stop parsing; the reason is on the framing."""
+
+
+class RequestFraming:
+    """Requests of one client connection, parsed one read at a time."""
+
+    __slots__ = (
+        "_authorization",
+        "_chunked",
+        "_connection_values",
+        "_events",
+        "_head_size",
+        "_headers",
+        "_in_head",
+        "_no_more_requests",
+        "_parser",
+        "_raw_head_bytes",
+        "_refusal",
+        "_url",
+        "done",
+    )
+
+    def __init__(self) -> None:
+        self._parser = httptools.HttpRequestParser(self)
+        self._events: list[RequestEvent] = []
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._authorization: bytes | None = None
+        self._chunked = False
+        self._connection_values: list[bytes] = []
+        self._raw_head_bytes = 0
+        self._head_size = 0
+        self._in_head = True
+        self._refusal: GatewayError | None = None
+        self._no_more_requests = False
+        self.done = False  # nothing more will be parsed (refused, tunnelled, or asked to close)
+
+    @property
+    def in_head(self) -> bool:
+        """Between requests or inside a head (the head deadline applies), not inside a body."""
+        return self._in_head
+
+    def feed(self, data: bytes) -> list[RequestEvent]:
+        if self.done:
+            return []
+        events = self._events = []
+        parser = self._parser
+        if self._in_head:
+            self._raw_head_bytes += len(data)
+        try:
+            parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:
+            self.done = True
+            if parser.get_method() != b"CONNECT":
+                events.append(
+                    Refusal(GatewayError(ErrorCode.INVALID_INPUT, "protocol upgrades are not proxied; use CONNECT"))
+                )
+            else:
+                events.append(ConnectHead(self._url, self._authorization, data[upgrade.args[0] :]))
+            return events
+        except httptools.HttpParserError as exc:
+            self.done = True
+            if not self._no_more_requests:
+                events.append(
+                    Refusal(self._refusal or GatewayError(ErrorCode.INVALID_INPUT, f"malformed request: {exc}"))
+                )
+            # else RFC 9112 section 9.6: after a request that asked to close, further requests are
+            # not processed; it is still owed its response, so the bytes are dropped, not refused.
+            return events
+        if self._no_more_requests:
+            self.done = True
+        elif self._in_head and self._raw_head_bytes > MAX_HEAD_BYTES:
+            self.done = True
+            events.append(Refusal(GatewayError(ErrorCode.TOO_LARGE, "the request head is too large", status=431)))
+        return events
+
+    def _refuse(self, error: GatewayError) -> None:
+        self._refusal = error
+        raise _HeadRefused
+
+    # httptools callbacks ------------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._head_size = 0
+        self._headers = []
+        self._authorization = None
+        self._chunked = False
+        self._in_head = True
+        self._connection_values = []
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._head_size += len(url)
+        if len(self._url) > MAX_URL_BYTES:
+            self._refuse(GatewayError(ErrorCode.TOO_LARGE, "the request line is too long", status=431))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_size += len(name) + len(value) + 4
+        if not self._in_head:
+            # A trailer field (after a chunked body): never merged into the head that already went
+            # upstream or is about to, only bounded. The forwarded body ends with no trailers.
+            if self._head_size > MAX_HEAD_BYTES:
+                self._refuse(GatewayError(ErrorCode.TOO_LARGE, "the request trailers are too large", status=431))
+            return
+        headers = self._headers
+        if len(headers) >= MAX_HEADERS:
+            self._refuse(GatewayError(ErrorCode.TOO_LARGE, f"more than {MAX_HEADERS} header fields", status=431))
+        if self._head_size > MAX_HEAD_BYTES:
+            self._refuse(GatewayError(ErrorCode.TOO_LARGE, "the request head is too large", status=431))
+        lowered = name.lower()
+        if lowered == b"proxy-authorization":
+            if self._authorization is not None:
+                self._refuse(GatewayError(ErrorCode.INVALID_INPUT, "two Proxy-Authorization fields"))
+            self._authorization = value
+        elif lowered == b"connection":
+            self._connection_values.append(value)
+        elif lowered == b"transfer-encoding":
+            # Only `chunked` alone: any other coding makes the body length ambiguous between us
+            # and the origin (request smuggling).
+            if value.strip().lower() != b"chunked" or self._chunked:
+                self._refuse(GatewayError(ErrorCode.INVALID_INPUT, "only one Transfer-Encoding: chunked is accepted"))
+            self._chunked = True
+        headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        self._in_head = False
+        self._raw_head_bytes = 0
+        named = named_by_connection(self._connection_values)
+        if named & FRAMING_FIELDS:
+            # Framing fields are never hop-by-hop: stripping them after they framed the body would
+            # have the origin read the body as a second request (smuggling).
+            self._refuse(
+                GatewayError(ErrorCode.INVALID_INPUT, "the Connection field names Content-Length or Transfer-Encoding")
+            )
+        self._head_size = 0  # from here on it counts trailer bytes
+        method = parser.get_method()
+        if method == b"CONNECT":
+            return  # httptools raises HttpParserUpgrade next; `feed` turns it into a ConnectHead
+        self._events.append(
+            RequestHead(
+                method,
+                self._url,
+                self._headers,
+                self._authorization,
+                named,
+                self._chunked,
+                parser.get_http_version() == "1.0",
+                parser.should_keep_alive(),
+            )
+        )
+
+    def on_body(self, body: bytes) -> None:
+        self._events.append(RequestBody(body))
+
+    def on_message_complete(self) -> None:
+        self._in_head = True
+        if self._parser.get_method() == b"CONNECT":
+            return  # no HTTP message follows: `feed` hands the rest to the tunnel
+        if not self._parser.should_keep_alive():
+            self._no_more_requests = True
+        self._events.append(_END)

@@ -1,0 +1,258 @@
+"""One upstream HTTP/1.1 response re-framed for the client, without I/O: bytes in, client bytes out.
+
+Owns the response half of plain HTTP forwarding as a state object in the style of h11: heads cut
+out of the stream on raw bytes under the response-head caps (`response_head.py`), parsed by llhttp
+(httptools, strict), hop-by-hop fields and the fields `Connection` names removed, the body
+re-framed (the client gets `Content-Length` as sent, or chunked whatever the upstream used, or a
+close-delimited body for an HTTP/1.0 client), interim responses relayed to HTTP/1.1 clients only,
+and the facts the connection owner acts on: whether the final head went out, whether the response
+is complete, whether the upstream connection may be reused, whether the client must be closed.
+
+Every way an origin can lie about framing ends in a `GatewayError` from `feed` (never a parser
+exception): a malformed head or body, an unsolicited 101, a `Connection` field naming a framing
+field, a cap passed. Bytes after the complete response are never relayed; they only make the
+connection unusable. Never touches a socket or a timer; never quotes upstream bytes in a message.
+"""
+
+from __future__ import annotations
+
+import httptools
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.proxy.heads import FRAMING_FIELDS, HOP_BY_HOP, named_by_connection
+from gateway.proxy.response_head import MAX_RESPONSE_HEAD_BYTES, ResponseHeadScanner
+
+NO_BODY_STATUSES = frozenset({204, 304})
+MALFORMED = "the upstream response is malformed"
+
+
+class _StopParsing(Exception):
+    """Raised inside an httptools callback to stop the parser; the reason is on the framing."""
+
+
+class ResponseFraming:
+    """The response to one request: feed upstream bytes, take the bytes owed to the client."""
+
+    __slots__ = (
+        "_chunk_to_client",
+        "_client_http10",
+        "_connection_values",
+        "_failure",
+        "_has_length",
+        "_head_only",
+        "_headers",
+        "_out",
+        "_parser",
+        "_progress",
+        "_reason",
+        "_scanner",
+        "_stalled",
+        "_status",
+        "_upstream_chunked",
+        "body_bytes",
+        "close_client",
+        "complete",
+        "eof_body",
+        "head_sent",
+        "reusable",
+    )
+
+    def __init__(self, *, head_only: bool, client_http10: bool, close_client: bool) -> None:
+        self._head_only = head_only
+        self._client_http10 = client_http10
+        # An HTTP/1.0 client, or one that asked to close, is told so in the final response head.
+        self.close_client = close_client
+        self._parser = httptools.HttpResponseParser(self)
+        # Until the final head has been parsed, heads are cut out of the stream on raw bytes
+        # (caps counted before llhttp sees a fragment); None once the body is streaming.
+        self._scanner: ResponseHeadScanner | None = ResponseHeadScanner()
+        self._out: list[bytes] = []
+        self._headers: list[tuple[bytes, bytes]] = []  # (lower-cased name, "Name: value\r\n")
+        self._connection_values: list[bytes] = []
+        self._has_length = False
+        self._upstream_chunked = False
+        self._chunk_to_client = False
+        self._reason = b""
+        self._status = 0
+        self._failure: GatewayError | None = None
+        self._progress = 0  # body callbacks so far: a read that makes none is framing or trailers
+        self._stalled = 0
+        self.head_sent = False  # the final head is in the output
+        self.complete = False
+        self.reusable = True
+        self.eof_body = False  # the body ends when the upstream closes
+        self.body_bytes = 0
+
+    # the owner's interface ----------------------------------------------------------------------
+    def feed(self, data: bytes) -> None:
+        """Upstream bytes. Raises GatewayError when the response cannot be relayed as framed."""
+        if self.complete:
+            self.reusable = False  # bytes nobody asked for: the connection's framing is lost
+            return
+        try:
+            self._feed(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            if self._failure is None and self.complete:
+                # After the complete response (an injected second head, a stray byte): dropped.
+                self.reusable = False
+                return
+            self.reusable = False
+            raise self._failure or GatewayError(ErrorCode.CONNECT_FAILURE, MALFORMED) from None
+        except GatewayError:
+            self.reusable = False
+            raise
+
+    def take_output(self) -> bytes:
+        """The bytes owed to the client so far (head and body coalesced into one write)."""
+        out = self._out
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        return data
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self._out)
+
+    def end_of_stream(self) -> bool:
+        """The upstream closed: True when that completes a close-delimited body."""
+        self.reusable = False
+        if self.eof_body and self.head_sent and not self.complete:
+            self._finish_message()
+            return True
+        return False
+
+    # parsing ------------------------------------------------------------------------------------
+    def _feed(self, data: bytes) -> None:
+        parser = self._parser
+        scanner = self._scanner
+        rest: bytes | memoryview = data
+        while scanner is not None:
+            taken = scanner.take_head(rest if isinstance(rest, bytes) else rest.tobytes())
+            if taken is None:
+                return
+            head, rest = taken
+            parser.feed_data(head)
+            scanner = self._scanner  # None once the final head was parsed (copied above only after a 1xx)
+            if not rest:
+                return
+        progress = self._progress
+        parser.feed_data(rest)
+        if self._progress != progress or self.complete:
+            self._stalled = 0
+            return
+        # A read with no body byte in it: chunk framing or a trailer section. llhttp buffers
+        # neither, but httptools joins a trailer field's fragments quadratically: bound it.
+        self._stalled += len(rest)
+        if self._stalled > MAX_RESPONSE_HEAD_BYTES:
+            raise GatewayError(
+                ErrorCode.TOO_LARGE, f"the upstream's chunk framing or trailers exceed {MAX_RESPONSE_HEAD_BYTES} bytes"
+            )
+
+    # httptools callbacks ------------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.complete:
+            raise _StopParsing  # a second response nobody asked for: never parsed, never relayed
+        self._headers = []
+        self._connection_values = []
+        self._has_length = False
+        self._upstream_chunked = False
+        self._reason = b""
+
+    def on_status(self, status: bytes) -> None:
+        self._reason += status  # one call per head: the scanner feeds each head whole
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # One pass: framing facts noted, hop-by-hop fields dropped, the rest kept as wire lines
+        # (with their lower-cased name, in case a Connection field names them).
+        if self._scanner is None:
+            return  # a trailer field: never merged into the head the client already has
+        lowered = name.lower()
+        if lowered == b"content-length":
+            self._has_length = True
+        elif lowered == b"transfer-encoding":
+            self._upstream_chunked = True
+        elif lowered == b"connection":
+            self._connection_values.append(value)
+        if lowered in HOP_BY_HOP or lowered.startswith(b"proxy-"):
+            return
+        self._headers.append((lowered, name + b": " + value + b"\r\n"))
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        status = parser.get_status_code()
+        self._status = status
+        named = named_by_connection(self._connection_values) if self._connection_values else frozenset()
+        self._refuse_unframeable(status, named)
+        informational = status < 200
+        if not informational:
+            self._scanner = None  # the body follows; trailers, if any, are dropped
+        elif self._client_http10:
+            return  # RFC 9110 section 15.2: no interim response to an HTTP/1.0 client
+        kept = [b"HTTP/1.1 %d %b\r\n" % (status, self._reason)]
+        if named:
+            kept += [line for lowered, line in self._headers if lowered not in named]
+        else:
+            kept += [line for _, line in self._headers]
+        if not parser.should_keep_alive():
+            self.reusable = False
+        bodiless = informational or self._head_only or status in NO_BODY_STATUSES
+        self._chunk_to_client = False
+        if not bodiless and not self._has_length:
+            self.eof_body = not self._upstream_chunked
+            if self._client_http10:
+                self.close_client = True
+            else:
+                # Re-frame: the client gets a chunked body whatever the upstream used.
+                self._chunk_to_client = True
+                kept.append(b"Transfer-Encoding: chunked\r\n")
+        if self.close_client and not informational:
+            kept.append(b"Connection: close\r\n")
+        kept.append(b"\r\n")
+        self._out.append(b"".join(kept))
+        if not informational:
+            self.head_sent = True
+            if self._head_only:
+                # No body follows a HEAD response whatever its Content-Length says.
+                self.complete = True
+
+    def _refuse_unframeable(self, status: int, named: frozenset[bytes]) -> None:
+        if status == 101:
+            # The gateway never forwards Upgrade, so a switch is unsolicited: relaying it would
+            # hand the client a stream the proxy no longer frames.
+            self._failure = GatewayError(ErrorCode.CONNECT_FAILURE, "the upstream switched protocols unasked (101)")
+            raise _StopParsing
+        if named & FRAMING_FIELDS:
+            # Framing fields are never hop-by-hop: stripping them would re-frame the body differently.
+            self._failure = GatewayError(
+                ErrorCode.CONNECT_FAILURE, "the upstream response's Connection field names a framing header"
+            )
+            raise _StopParsing
+
+    def on_body(self, body: bytes) -> None:
+        self._progress += 1
+        if self.complete:
+            self.reusable = False  # bytes after a bodiless response: do not reuse
+            return
+        self.body_bytes += len(body)
+        if self._chunk_to_client:
+            self._out.append(b"%x\r\n%b\r\n" % (len(body), body))
+        else:
+            self._out.append(body)
+
+    def on_chunk_header(self) -> None:
+        self._progress += 1
+
+    def on_message_complete(self) -> None:
+        self._progress += 1
+        if self._status < 200:
+            return  # an interim response; the final one follows on the same parser
+        self._finish_message()
+
+    def _finish_message(self) -> None:
+        if self.complete:
+            return
+        if self._chunk_to_client:
+            self._out.append(b"0\r\n\r\n")
+        self.complete = True

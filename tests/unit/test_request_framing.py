@@ -1,0 +1,171 @@
+"""The request half of the proxy without sockets: one named case per RFC 9112 rule it follows.
+
+`RequestFraming` takes client bytes and returns request events; each case checks the events a
+request (or a pipeline) produces, in reads of several sizes where the split matters.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import ErrorCode
+from gateway.proxy.request_framing import (
+    ConnectHead,
+    Refusal,
+    RequestBody,
+    RequestEnd,
+    RequestEvent,
+    RequestFraming,
+    RequestHead,
+)
+
+GET = b"GET http://a.example.org/ HTTP/1.1\r\nHost: a.example.org\r\n\r\n"
+
+
+def events_of(data: bytes, read_size: int = 65536) -> list[RequestEvent]:
+    framing = RequestFraming()
+    events: list[RequestEvent] = []
+    for start in range(0, len(data), read_size):
+        events += framing.feed(data[start : start + read_size])
+    return events
+
+
+def body_of(events: list[RequestEvent]) -> bytes:
+    return b"".join(event.data for event in events if isinstance(event, RequestBody))
+
+
+def refusal_of(data: bytes) -> Refusal:
+    events = events_of(data)
+    assert isinstance(events[-1], Refusal), events
+    return events[-1]
+
+
+@pytest.mark.parametrize("read_size", [1, 5, 65536], ids=["bytewise", "small-reads", "one-read"])
+def test_a_request_head_then_its_end_s3(read_size: int) -> None:
+    events = events_of(GET, read_size)
+    assert len(events) == 2
+    head, end = events
+    assert isinstance(head, RequestHead)
+    assert (head.method, head.url, head.keep_alive, head.http10) == (b"GET", b"http://a.example.org/", True, False)
+    assert isinstance(end, RequestEnd)
+
+
+@pytest.mark.parametrize("read_size", [1, 65536], ids=["bytewise", "one-read"])
+def test_content_length_frames_the_body_s6_3_rule6(read_size: int) -> None:
+    events = events_of(b"POST http://a/ HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc", read_size)
+    assert body_of(events) == b"abc"
+    assert isinstance(events[-1], RequestEnd)
+
+
+def test_chunked_body_is_decoded_and_trailers_are_dropped_s7_1_and_s7_1_2() -> None:
+    events = events_of(b"POST http://a/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n")
+    head = events[0]
+    assert isinstance(head, RequestHead)
+    assert head.chunked
+    assert body_of(events) == b"abc"
+    assert all(b"X-T" not in name for name, _ in head.headers)
+    assert isinstance(events[-1], RequestEnd)
+
+
+def test_pipelined_requests_come_out_in_order_s9_3_2() -> None:
+    events = events_of(GET + b"GET http://b.example.org/ HTTP/1.1\r\nHost: b\r\n\r\n")
+    heads = [event.url for event in events if isinstance(event, RequestHead)]
+    assert heads == [b"http://a.example.org/", b"http://b.example.org/"]
+
+
+def test_after_a_request_that_asks_to_close_further_bytes_are_dropped_not_refused_s9_6() -> None:
+    events = events_of(b"GET http://a/ HTTP/1.1\r\nConnection: close\r\n\r\n" + GET)
+    assert [type(event) for event in events] == [RequestHead, RequestEnd]
+    head = events[0]
+    assert isinstance(head, RequestHead)
+    assert not head.keep_alive
+
+
+def test_an_http10_request_does_not_keep_alive_by_default_s9_3() -> None:
+    head = events_of(b"GET http://a/ HTTP/1.0\r\n\r\n")[0]
+    assert isinstance(head, RequestHead)
+    assert (head.http10, head.keep_alive) == (True, False)
+
+
+def test_connect_hands_the_rest_of_the_read_to_the_tunnel_s9110_9_3_6() -> None:
+    events = events_of(b"CONNECT a.example.org:443 HTTP/1.1\r\nProxy-Authorization: Bearer t\r\n\r\n\x16\x03\x01")
+    assert events == [ConnectHead(b"a.example.org:443", b"Bearer t", b"\x16\x03\x01")]
+
+
+def test_connection_tokens_are_collected_for_hop_by_hop_removal_s9110_7_6_1() -> None:
+    head = events_of(b"GET http://a/ HTTP/1.1\r\nConnection: keep-alive, X-Hop\r\n\r\n")[0]
+    assert isinstance(head, RequestHead)
+    assert head.connection_named == frozenset({b"keep-alive", b"x-hop"})
+
+
+@pytest.mark.parametrize(
+    ("data", "code", "status"),
+    [
+        pytest.param(
+            b"POST http://a/ HTTP/1.1\r\nConnection: content-length\r\nContent-Length: 1\r\n\r\nx",
+            ErrorCode.INVALID_INPUT,
+            400,
+            id="connection-names-content-length",
+        ),
+        pytest.param(
+            b"POST http://a/ HTTP/1.1\r\nConnection: Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n",
+            ErrorCode.INVALID_INPUT,
+            400,
+            id="connection-names-transfer-encoding",
+        ),
+        pytest.param(
+            b"POST http://a/ HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            ErrorCode.INVALID_INPUT,
+            400,
+            id="content-length-and-chunked-s6_3_rule3",
+        ),
+        pytest.param(
+            b"POST http://a/ HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            ErrorCode.INVALID_INPUT,
+            400,
+            id="duplicate-content-length-s6_3_rule5",
+        ),
+        pytest.param(
+            b"POST http://a/ HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            ErrorCode.INVALID_INPUT,
+            400,
+            id="coding-other-than-chunked-s6_1",
+        ),
+        pytest.param(b"GET http://a/ HTTP/1.1\r\nX: a\r\n b\r\n\r\n", ErrorCode.INVALID_INPUT, 400, id="obs-fold-s5_2"),
+        pytest.param(b"GET http://a/ HTTP/1.1\nX: a\n\n", ErrorCode.INVALID_INPUT, 400, id="bare-lf-s2_2"),
+        pytest.param(
+            b"GET http://a/ HTTP/1.1\r\nProxy-Authorization: a\r\nProxy-Authorization: b\r\n\r\n",
+            ErrorCode.INVALID_INPUT,
+            400,
+            id="two-proxy-authorizations",
+        ),
+        pytest.param(
+            b"GET http://a/ HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+            ErrorCode.INVALID_INPUT,
+            400,
+            id="protocol-upgrade",
+        ),
+        pytest.param(b"GET http://a/" + b"p" * 9000 + b" HTTP/1.1\r\n\r\n", ErrorCode.TOO_LARGE, 431, id="long-url"),
+        pytest.param(
+            b"GET http://a/ HTTP/1.1\r\n" + b"X: v\r\n" * 101 + b"\r\n", ErrorCode.TOO_LARGE, 431, id="too-many-fields"
+        ),
+        pytest.param(
+            b"GET http://a/ HTTP/1.1\r\nX: " + b"v" * 70000, ErrorCode.TOO_LARGE, 431, id="endless-header-line"
+        ),
+        pytest.param(
+            b"POST http://a/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n" + b"X: v\r\n" * 20000,
+            ErrorCode.TOO_LARGE,
+            431,
+            id="huge-trailers",
+        ),
+    ],
+)
+def test_a_request_the_proxy_will_not_frame_is_refused(data: bytes, code: ErrorCode, status: int) -> None:
+    refusal = refusal_of(data)
+    assert (refusal.error.code, refusal.error.status_on("proxy")) == (code, status)
+
+
+def test_nothing_is_parsed_after_a_refusal() -> None:
+    framing = RequestFraming()
+    assert isinstance(framing.feed(b"GET http://a/ HTTP/1.1\nX: a\n\n")[-1], Refusal)
+    assert framing.feed(GET) == []

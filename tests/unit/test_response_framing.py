@@ -1,0 +1,215 @@
+"""The response half of the proxy without sockets: one named case per RFC 9112 rule it follows.
+
+`ResponseFraming` takes upstream bytes and gives the bytes owed to the client plus the facts the
+connection acts on (complete, reusable, close the client). Each case feeds a response in reads
+of several sizes, so a rule holds wherever the reads split the stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.proxy.response_framing import ResponseFraming
+
+
+@dataclass(frozen=True)
+class Relayed:
+    output: bytes
+    complete: bool
+    reusable: bool
+    close_client: bool
+
+
+def relay(
+    response: bytes,
+    *,
+    head_only: bool = False,
+    http10: bool = False,
+    close_client: bool = False,
+    read_size: int = 7,
+    upstream_closes: bool = False,
+) -> Relayed:
+    framing = ResponseFraming(head_only=head_only, client_http10=http10, close_client=close_client or http10)
+    output = b""
+    for start in range(0, len(response), read_size):
+        framing.feed(response[start : start + read_size])
+        output += framing.take_output()
+    if upstream_closes:
+        framing.end_of_stream()
+        output += framing.take_output()
+    return Relayed(output, framing.complete, framing.reusable, framing.close_client)
+
+
+def dechunk(body: bytes) -> bytes:
+    decoded = b""
+    while True:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            assert body == b"\r\n"
+            return decoded
+        decoded, body = decoded + body[:size], body[size + 2 :]
+
+
+def _feed_in_reads(framing: ResponseFraming, response: bytes) -> None:
+    for start in range(0, len(response), 65536):
+        framing.feed(response[start : start + 65536])
+
+
+def refused(response: bytes) -> GatewayError:
+    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
+    with pytest.raises(GatewayError) as caught:
+        _feed_in_reads(framing, response)
+    assert not framing.reusable
+    return caught.value
+
+
+READ_SIZES = pytest.mark.parametrize("read_size", [1, 7, 65536], ids=["bytewise", "small-reads", "one-read"])
+
+
+@READ_SIZES
+def test_content_length_body_is_relayed_as_framed_s6_3_rule5(read_size: int) -> None:
+    result = relay(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", read_size=read_size)
+    assert result.output == b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+    assert (result.complete, result.reusable) == (True, True)
+
+
+@READ_SIZES
+def test_chunked_body_is_decoded_and_rechunked_s7_1(read_size: int) -> None:
+    result = relay(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n0\r\n\r\n", read_size=read_size
+    )
+    head, _, body = result.output.partition(b"\r\n\r\n")
+    assert head == b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked"
+    assert dechunk(body) == b"hello"  # one chunk per read: the extension is not relayed
+    assert result.complete
+
+
+def test_close_delimited_body_is_rechunked_for_an_http11_client_and_ends_at_close_s6_3_rule8() -> None:
+    result = relay(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nabc", upstream_closes=True)
+    assert result.output == b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    assert result.complete
+    assert not result.reusable
+
+
+def test_close_delimited_body_goes_to_an_http10_client_as_is_with_connection_close_s6_3_rule8() -> None:
+    result = relay(b"HTTP/1.1 200 OK\r\n\r\nabc", http10=True, upstream_closes=True)
+    assert result.output == b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nabc"
+    assert result.close_client
+
+
+def test_a_close_delimited_body_cut_before_the_head_is_not_complete() -> None:
+    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
+    framing.feed(b"HTTP/1.1 200 OK\r\n")
+    assert framing.end_of_stream() is False
+    assert not framing.complete
+
+
+def test_response_to_head_has_no_body_whatever_its_content_length_s6_3_rule1() -> None:
+    result = relay(b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n", head_only=True)
+    assert result.output == b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n"
+    assert result.complete
+
+
+@pytest.mark.parametrize("status", [204, 304])
+def test_204_and_304_have_no_body_s6_3_rule1(status: int) -> None:
+    result = relay(b"HTTP/1.1 %d X\r\n\r\n" % status)
+    assert result.output == b"HTTP/1.1 %d X\r\n\r\n" % status
+    assert result.complete
+
+
+def test_interim_responses_are_relayed_to_an_http11_client_before_the_final_one_s9110_15_2() -> None:
+    result = relay(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    assert result.output == b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+def test_interim_responses_are_never_sent_to_an_http10_client_s9110_15_2() -> None:
+    result = relay(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", http10=True)
+    assert result.output == b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+
+
+def test_hop_by_hop_fields_and_those_connection_names_are_removed_s9110_7_6_1() -> None:
+    result = relay(
+        b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nKeep-Alive: timeout=5\r\nX-Hop: 1\r\n"
+        b"Proxy-Authenticate: Basic\r\nUpgrade: h2c\r\nTrailer: X-T\r\nX-End: 1\r\nContent-Length: 0\r\n\r\n"
+    )
+    assert result.output == b"HTTP/1.1 200 OK\r\nX-End: 1\r\nContent-Length: 0\r\n\r\n"
+
+
+def test_the_client_asked_to_close_so_the_final_head_says_so_s9_6() -> None:
+    result = relay(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", close_client=True)
+    assert result.output == b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        pytest.param(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", id="connection-close"),
+        pytest.param(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", id="http10-without-keep-alive"),
+    ],
+)
+def test_an_upstream_that_will_close_is_not_reused_s9_3(response: bytes) -> None:
+    assert not relay(response).reusable
+
+
+def test_trailer_fields_are_dropped_never_merged_into_the_head_s7_1_2() -> None:
+    result = relay(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-Late: 1\r\n\r\n")
+    assert b"X-Late" not in result.output
+    assert result.complete
+
+
+@READ_SIZES
+def test_bytes_after_the_complete_response_are_never_relayed_s9_1(read_size: int) -> None:
+    injected = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled"
+    result = relay(injected, read_size=read_size)
+    assert result.output == b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    assert result.complete
+    assert not result.reusable
+
+
+@pytest.mark.parametrize(
+    ("response", "code"),
+    [
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: content-length\r\n\r\nok",
+            ErrorCode.CONNECT_FAILURE,
+            id="connection-names-content-length",
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: Transfer-Encoding\r\n\r\n0\r\n\r\n",
+            ErrorCode.CONNECT_FAILURE,
+            id="connection-names-transfer-encoding",
+        ),
+        pytest.param(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", ErrorCode.CONNECT_FAILURE, id="unsolicited-101"
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
+            ErrorCode.CONNECT_FAILURE,
+            id="content-length-and-chunked-s6_3_rule3",
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n",
+            ErrorCode.CONNECT_FAILURE,
+            id="conflicting-content-lengths-s6_3_rule5",
+        ),
+        pytest.param(b"HTTP/1.1 200 OK\r\nX: a\r\n folded\r\n\r\n", ErrorCode.CONNECT_FAILURE, id="obs-fold-s5_2"),
+        pytest.param(b"HTTP/1.1 200 OK\nX: a\n\n", ErrorCode.CONNECT_FAILURE, id="bare-lf-line-ends-s2_2"),
+        pytest.param(b"HTTP/1.1 200 " + b"R" * 70000, ErrorCode.TOO_LARGE, id="endless-reason-phrase"),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: " + b"t" * 200000,
+            ErrorCode.TOO_LARGE,
+            id="endless-trailer",
+        ),
+    ],
+)
+def test_a_response_the_proxy_cannot_relay_as_framed_is_an_error_never_a_parser_exception(
+    response: bytes, code: ErrorCode
+) -> None:
+    error = refused(response)
+    assert error.code == code
+    assert "RRRR" not in error.message
+    assert "tttt" not in error.message
