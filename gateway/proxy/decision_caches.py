@@ -12,7 +12,9 @@ Never dials, never writes to a client, never logs or caches a credential that fa
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
@@ -53,6 +55,10 @@ class ForwardTarget:
 
 class ProxyDecisions:
     """Caches in front of authentication and host vetting, and the record of each decision."""
+
+    # The audit kind every line and count of these decisions takes instead of the caller's
+    # (`transparent` for the transparent listener's plain HTTP); None keeps connect/http.
+    kind_override: str | None = None
 
     def __init__(self, audit: AuditLog) -> None:
         self.audit = audit
@@ -136,7 +142,7 @@ class ProxyDecisions:
             _FORWARD_UP.inc(exchange.bytes_up)
             _FORWARD_DOWN.inc(exchange.bytes_down)
             self.audit.connection_closed(
-                kind="http",
+                kind=self.kind_override or "http",
                 principal=exchange.principal,
                 host=target.name,
                 port=target.port,
@@ -144,16 +150,28 @@ class ProxyDecisions:
                 bytes_down=exchange.bytes_down,
                 duration_s=time.perf_counter() - exchange.started,
                 reason=reason,
+                **exchange.client.audit_fields,
             )
 
     def count_decision(self, kind: str, decision: str, code: str) -> None:
+        kind = self.kind_override or kind
         key = (kind, decision, code)
         counter = self._decision_counters.get(key)
         if counter is None:
             counter = self._decision_counters[key] = metrics.DECISIONS.labels(kind, decision, code)
         counter.inc()
 
-    def record_allow(self, kind: str, principal: Principal, target: PinnedTarget, *, method: str | None = None) -> None:
+    def record_allow(
+        self,
+        kind: str,
+        principal: Principal,
+        target: PinnedTarget,
+        *,
+        method: str | None = None,
+        path: str | None = None,
+        client: Mapping[str, Any] | None = None,
+    ) -> None:
+        kind = self.kind_override or kind
         would = target.would_deny
         record: dict[str, object] = {
             "ts": time.time(),
@@ -175,6 +193,10 @@ class ProxyDecisions:
         record["generation"] = target.generation
         if method is not None:
             record["method"] = method
+        if path is not None:
+            record["path"] = path
+        if client:
+            record.update(client)
         self.audit.write_record(record)
 
     def record_deny(
@@ -186,7 +208,9 @@ class ProxyDecisions:
         *,
         error: GatewayError,
         generation: int,
+        client: Mapping[str, Any] | None = None,
     ) -> None:
+        kind = self.kind_override or kind
         self.count_decision(kind, verdict_for(str(error.code)), str(error.code))
         self.audit.decision(
             kind=kind,
@@ -197,4 +221,5 @@ class ProxyDecisions:
             code=str(error.code),
             reason=error.message,
             generation=generation,
+            **(client or {}),
         )

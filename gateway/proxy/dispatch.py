@@ -93,7 +93,14 @@ class ForwardDispatcher:
         exchange.principal = principal.name
         exchange.principal_rule = principal
         exchange.target = target
-        self.decisions.record_allow("http", principal, target, method=self.decisions.method_name(exchange.method))
+        self.decisions.record_allow(
+            "http",
+            principal,
+            target,
+            method=self.decisions.method_name(exchange.method),
+            path=self.decisions.audit.http_path(forward.origin_form),
+            client=exchange.client.audit_fields,
+        )
         settings = loaded.policy.proxy
         exchange.max_response_bytes = settings.max_response_bytes
         exchange.response_idle_s = settings.idle_timeout_s
@@ -142,5 +149,6 @@ class ForwardDispatcher:
             forward.port if forward else None,
             error=error,
             generation=loaded.generation,
+            client=exchange.client.audit_fields,
         )
         exchange.client.refuse_exchange(exchange, error)

@@ -17,7 +17,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from enum import IntFlag
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import GatewayError
@@ -46,6 +46,8 @@ class ClientSide(Protocol):
     """What the forwarder and dispatcher need from the client connection (implemented in server.py)."""
 
     transport: asyncio.Transport
+    # `conn`, `client_ip`, `client_port`: what every audit line of this connection carries.
+    audit_fields: dict[str, Any]
 
     @property
     def closed(self) -> bool: ...

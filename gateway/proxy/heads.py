@@ -174,8 +174,10 @@ def proxy_status(error: GatewayError) -> int:
     return error.status_on("proxy")
 
 
-def error_response(error: GatewayError, *, keep_alive: bool) -> bytes:
-    """The denial of DESIGN.md section 3: status, X-Egress-Code, the JSON body; never a credential."""
+def error_response(error: GatewayError, *, keep_alive: bool, conn: object = None) -> bytes:
+    """The denial of DESIGN.md section 3: status, X-Egress-Code, the JSON body; never a credential.
+
+    `conn` is the connection's audit id, echoed as X-Egress-Id so a client can quote it."""
     status = proxy_status(error)
     code = str(error.code).encode("ascii")
     document = error.to_body()
@@ -188,6 +190,8 @@ def error_response(error: GatewayError, *, keep_alive: bool) -> bytes:
         b"Content-Type: application/json\r\n",
         b"Content-Length: %d\r\n" % len(body),
     ]
+    if isinstance(conn, str):
+        lines.append(b"X-Egress-Id: " + conn.encode("ascii") + b"\r\n")
     if status == 407:
         lines.append(b"Proxy-Authenticate: " + PROXY_REALM + b"\r\n")
     if error.retry_after_s is not None:

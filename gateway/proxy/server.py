@@ -19,12 +19,12 @@ import asyncio
 import functools
 import time
 from collections import deque
-from typing import cast
+from typing import Any, cast
 
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog
+from gateway.observe.audit import AuditLog, client_fields, new_connection_id
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.decision_caches import ProxyDecisions
 from gateway.proxy.dispatch import ForwardDispatcher
@@ -144,6 +144,7 @@ class ClientConnection(asyncio.Protocol):
         "_queued",
         "_receiving",
         "_tunnel",
+        "audit_fields",
         "server",
         "transport",
     )
@@ -151,6 +152,7 @@ class ClientConnection(asyncio.Protocol):
     def __init__(self, server: ProxyServer) -> None:
         self.server = server
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
+        self.audit_fields: dict[str, Any] = {}
         # None once the connection is a tunnel (or refused): its parser's memory is freed.
         self._framing: RequestFraming | None = RequestFraming()
         self._exchange: ForwardExchange | None = None
@@ -180,6 +182,7 @@ class ClientConnection(asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without subclassing it.
         transport = cast(asyncio.Transport, transport)
         self.transport = transport
+        self.audit_fields = {"conn": new_connection_id(), **client_fields(transport.get_extra_info("peername"))}
         self.server.connections.add(self)
         self._set_deadline(self.server.core.loaded.policy.proxy.head_timeout_s, idle=False)
 
@@ -322,7 +325,7 @@ class ClientConnection(asyncio.Protocol):
         if not head_sent:
             error = GatewayError(ErrorCode(code), message)
             self.server.decisions.count_decision("http", "error", code)
-            self.transport.write(error_response(error, keep_alive=False))
+            self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
         self._close()
 
     def refuse_exchange(self, exchange: ForwardExchange, error: GatewayError) -> None:
@@ -341,7 +344,7 @@ class ClientConnection(asyncio.Protocol):
             return
         # The connection survives a denial only when the request body was consumed in full.
         keep = exchange.client_keep_alive and exchange.body_done and not self._eof and not self.server.draining
-        self.transport.write(error_response(error, keep_alive=keep))
+        self.transport.write(error_response(error, keep_alive=keep, conn=self.audit_fields.get("conn")))
         if keep:
             self._next_exchange()
         else:
@@ -362,9 +365,9 @@ class ClientConnection(asyncio.Protocol):
         self._framing = None  # a tunnel never parses HTTP again; free the parser's memory
         try:
             # Decided here when cached state suffices: a refusal is answered without a task.
-            request = opener.decide(head.authority, head.authorization)
+            request = opener.decide(head.authority, head.authorization, self.audit_fields)
         except GatewayError as error:
-            self.transport.write(error_response(error, keep_alive=False))
+            self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
             self._close()
             return
         # Reading continues while the upstream is dialed (no pause/resume pair per tunnel);
@@ -380,7 +383,7 @@ class ClientConnection(asyncio.Protocol):
         except GatewayError as error:
             self._connecting = False
             if not self._closed:
-                self.transport.write(error_response(error, keep_alive=False))
+                self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
                 self._close()
             return
         self._connecting = False
@@ -413,8 +416,10 @@ class ClientConnection(asyncio.Protocol):
             self.abort("malformed_request")
             return
         generation = self.server.core.loaded.generation
-        self.server.decisions.record_deny("http", None, None, None, error=error, generation=generation)
-        self.transport.write(error_response(error, keep_alive=False))
+        self.server.decisions.record_deny(
+            "http", None, None, None, error=error, generation=generation, client=self.audit_fields
+        )
+        self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
         self._close()
 
     def revoke_if_denied(self) -> None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from gateway.egress.target import PinnedTarget
 from gateway.observe import metrics
@@ -162,6 +163,7 @@ class Tunnel:
     __slots__ = (
         "address",
         "audit",
+        "audit_fields",
         "bytes_down",
         "bytes_up",
         "client",
@@ -195,8 +197,11 @@ class Tunnel:
         deadline: LazyDeadline,
         kind: str = "connect",
         sni: SniMode | None = None,
+        audit_fields: Mapping[str, Any] | None = None,
     ) -> None:
         self.owner = owner
+        # The client connection's `conn`, `client_ip` and `client_port`, on the tunnel's own lines.
+        self.audit_fields = audit_fields or {}
         # The audit kind: "connect" here, "transparent" for a redirected connection.
         self.kind = kind
         self.audit = audit
@@ -284,6 +289,7 @@ class Tunnel:
             reason=refusal,
             generation=self.target.generation,
             stage="sni",
+            **self.audit_fields,
         )
         self.close("sni_denied", abort=True)
 
@@ -398,6 +404,8 @@ class Tunnel:
             bytes_down=self.bytes_down,
             duration_s=duration,
             reason=reason,
+            address=self.address,
+            **self.audit_fields,
         )
         self.owner.tunnel_closed(self)
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
@@ -44,6 +45,8 @@ class TunnelRequest:
     port: int
     target: PinnedTarget | None
     loaded: LoadedPolicy
+    # The client connection's `conn`, `client_ip` and `client_port`, on each of its audit lines.
+    client: Mapping[str, Any] = field(default_factory=dict)
 
 
 class TunnelOpener:
@@ -99,7 +102,9 @@ class TunnelOpener:
         self._on_closed()
 
     # opening ------------------------------------------------------------------------------------
-    def decide(self, raw_target: bytes, authorization: bytes | None) -> TunnelRequest:
+    def decide(
+        self, raw_target: bytes, authorization: bytes | None, client: Mapping[str, Any] | None = None
+    ) -> TunnelRequest:
         """Principal → authority → limits → decision, without awaiting when cached state suffices.
 
         A refusal is recorded (decision audit line and count) and raised; the caller only answers
@@ -123,9 +128,11 @@ class TunnelOpener:
         except GatewayError as error:
             if reserved:
                 self.release(principal_name or "")
-            decisions.record_deny("connect", principal_name, host_name, port, error=error, generation=loaded.generation)
+            decisions.record_deny(
+                "connect", principal_name, host_name, port, error=error, generation=loaded.generation, client=client
+            )
             raise
-        return TunnelRequest(principal, authority.host, port, target, loaded)
+        return TunnelRequest(principal, authority.host, port, target, loaded, client or {})
 
     async def dial(self, request: TunnelRequest) -> DialedUpstream:
         """The decision if DNS had to be asked, then the pinned dial. A refusal or a failed dial is
@@ -153,6 +160,7 @@ class TunnelOpener:
                     request.port,
                     error=error,
                     generation=loaded.generation,
+                    client=request.client,
                 )
             else:
                 # Allowed, but the dial failed: an error outcome, and a close line for the audit trail.
@@ -166,6 +174,7 @@ class TunnelOpener:
                     bytes_down=0,
                     duration_s=0.0,
                     reason=str(error.code),
+                    **request.client,
                 )
             raise
         except BaseException:
@@ -180,7 +189,7 @@ class TunnelOpener:
         dialed.transport.close()
         self.release(request.principal.name)
         target = dialed.target
-        self.decisions.record_allow("connect", request.principal, target)
+        self.decisions.record_allow("connect", request.principal, target, client=request.client)
         self.audit.connection_closed(
             kind="connect",
             principal=request.principal.name,
@@ -190,6 +199,7 @@ class TunnelOpener:
             bytes_down=0,
             duration_s=0.0,
             reason=reason,
+            **request.client,
         )
 
     def establish(
@@ -201,8 +211,13 @@ class TunnelOpener:
         deadline: LazyDeadline,
     ) -> Tunnel:
         """Record the decision, answer 200, and start splicing (with the SNI gate first)."""
-        self.decisions.record_allow("connect", request.principal, dialed.target)
-        client.write(CONNECT_ESTABLISHED)
+        self.decisions.record_allow("connect", request.principal, dialed.target, client=request.client)
+        conn = request.client.get("conn")
+        client.write(
+            CONNECT_ESTABLISHED
+            if not isinstance(conn, str)
+            else b"HTTP/1.1 200 Connection Established\r\nX-Egress-Id: " + conn.encode("ascii") + b"\r\n\r\n"
+        )
         tunnel = Tunnel(
             self,
             self.audit,
@@ -211,6 +226,7 @@ class TunnelOpener:
             principal=request.principal,
             settings=request.loaded.policy.proxy,
             deadline=deadline,
+            audit_fields=request.client,
         )
         self.tunnels.add(tunnel)
         tunnel.start(early)

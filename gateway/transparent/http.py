@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
-from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.decision_caches import ForwardTarget, ProxyDecisions
@@ -33,12 +31,11 @@ from gateway.transparent.destination import pin_destination
 from gateway.transparent.listener import KIND, HttpHandOver, principal_for_port
 from gateway.vet.addresses import IPAddress
 
-_FORWARD_UP = metrics.HTTP_FORWARD_BYTES.labels("upstream")
-_FORWARD_DOWN = metrics.HTTP_FORWARD_BYTES.labels("downstream")
-
 
 class _PortDecisions(ProxyDecisions):
     """The proxy's decision caches and records, with the port's principal and the transparent kind."""
+
+    kind_override = KIND
 
     def __init__(self, audit: AuditLog, uid: int | None) -> None:
         super().__init__(audit)
@@ -47,40 +44,6 @@ class _PortDecisions(ProxyDecisions):
     def principal_for(self, loaded: LoadedPolicy, authorization: bytes | None) -> Principal:
         # The uid decides who is asking; a Proxy-Authorization the agent adds changes nothing.
         return principal_for_port(loaded, self.uid)
-
-    def count_decision(self, kind: str, decision: str, code: str) -> None:
-        super().count_decision(KIND, decision, code)
-
-    def record_allow(self, kind: str, principal: Principal, target: PinnedTarget, *, method: str | None = None) -> None:
-        super().record_allow(KIND, principal, target, method=method)
-
-    def record_deny(
-        self,
-        kind: str,
-        principal: str | None,
-        host: str | None,
-        port: int | None,
-        *,
-        error: GatewayError,
-        generation: int,
-    ) -> None:
-        super().record_deny(KIND, principal, host, port, error=error, generation=generation)
-
-    def record_exchange_close(self, exchange: ForwardExchange, reason: str) -> None:
-        target = exchange.target
-        if target is not None:
-            _FORWARD_UP.inc(exchange.bytes_up)
-            _FORWARD_DOWN.inc(exchange.bytes_down)
-            self.audit.connection_closed(
-                kind=KIND,
-                principal=exchange.principal,
-                host=target.name,
-                port=target.port,
-                bytes_up=exchange.bytes_up,
-                bytes_down=exchange.bytes_down,
-                duration_s=time.perf_counter() - exchange.started,
-                reason=reason,
-            )
 
 
 def absolute_target(url: bytes, headers: list[tuple[bytes, bytes]], original_port: int) -> bytes:

@@ -1,0 +1,95 @@
+"""The proxy's audit lines carry the connection id, the client's address, and for plain HTTP the
+method and the path without its query; the id reaches the client as X-Egress-Id."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from aiohttp import web
+
+from tests.harness import proxy as support
+from tests.harness.certs import TestPKI
+from tests.harness.origins import OriginFactory
+from tests.harness.proxy import ProxyProcess, proxy_policy
+
+ProxyFactory = Callable[..., ProxyProcess]
+proxy_factory = support.proxy_factory
+
+
+async def _hello(request: web.Request) -> web.Response:
+    return web.Response(text="hello")
+
+
+def _app() -> web.Application:
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", _hello)
+    return app
+
+
+def _lines_of(lines: list[dict[str, Any]], conn: str) -> list[dict[str, Any]]:
+    return [line for line in lines if line.get("conn") == conn]
+
+
+def test_plain_http_lines_share_a_conn_and_carry_client_method_and_path_without_query(
+    proxy_factory: ProxyFactory, origins: OriginFactory
+) -> None:
+    origin = origins.start(_app(), names=("plain.example.org",), tls=False)
+    proxy = proxy_factory(proxy_policy([origin.cidr], ports=[origin.port]))
+    with httpx.Client(proxy=proxy.url, timeout=10) as client:
+        assert client.get(origin.url("/docs/page?api_key=hunter2")).status_code == 200
+    lines = proxy.wait_audit(lambda lines: any(line.get("event") == "close" for line in lines))
+    decision = next(line for line in lines if line.get("event") == "decision" and line.get("kind") == "http")
+    close = next(line for line in lines if line.get("event") == "close")
+    assert decision["conn"] == close["conn"]
+    assert decision["client_ip"] == close["client_ip"] == "127.0.0.1"
+    assert isinstance(decision["client_port"], int)
+    assert decision["client_port"] > 0
+    assert decision["method"] == "GET"
+    assert decision["path"] == "/docs/page"
+    assert all("hunter2" not in str(line) for line in lines)
+
+
+def test_a_refusal_echoes_the_conn_of_its_audit_line(proxy_factory: ProxyFactory, origins: OriginFactory) -> None:
+    origin = origins.start(_app(), names=("plain.example.org",), tls=False)
+    principals = {"default": {"egress": {"allow_domains": ["only.example.com"]}}}
+    proxy = proxy_factory(proxy_policy([origin.cidr], ports=[origin.port], principals=principals))
+    with httpx.Client(proxy=proxy.url, timeout=10) as client:
+        response = client.get(origin.url("/"))
+    assert response.status_code == 403
+    conn = response.headers["X-Egress-Id"]
+    lines = proxy.wait_audit(lambda lines: bool(_lines_of(lines, conn)))
+    (denial,) = _lines_of(lines, conn)
+    assert denial["decision"] == "deny"
+    assert denial["client_ip"] == "127.0.0.1"
+
+
+def test_connect_answers_with_the_conn_that_its_decision_and_close_lines_share(
+    proxy_factory: ProxyFactory, origins: OriginFactory, pki: TestPKI
+) -> None:
+    origin = origins.start(_app(), names=("docs.example.org",), tls=True)
+    proxy = proxy_factory(proxy_policy([origin.cidr], ports=[origin.port]))
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+        authority = f"docs.example.org:{origin.port}".encode()
+        sock.sendall(b"CONNECT " + authority + b" HTTP/1.1\r\nHost: " + authority + b"\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            assert chunk, head
+            head += chunk
+        status, *fields = head.split(b"\r\n\r\n", 1)[0].decode().split("\r\n")
+        assert status.startswith("HTTP/1.1 200")
+        conn = dict(field.split(": ", 1) for field in fields)["X-Egress-Id"]
+        context = ssl.create_default_context(cafile=str(pki.ca_path))
+        with context.wrap_socket(sock, server_hostname="docs.example.org") as tls:
+            tls.sendall(b"GET / HTTP/1.1\r\nHost: docs.example.org\r\nConnection: close\r\n\r\n")
+            assert b"hello" in b"".join(iter(lambda: tls.recv(4096), b""))
+    lines = proxy.wait_audit(lambda lines: any(line.get("event") == "close" for line in _lines_of(lines, conn)))
+    mine = _lines_of(lines, conn)
+    assert {line["event"] for line in mine} == {"decision", "close"}
+    close = next(line for line in mine if line["event"] == "close")
+    assert close["address"] == origin.ip
+    assert all(line["client_ip"] == "127.0.0.1" for line in mine)
