@@ -82,6 +82,15 @@ class ProxyDecisions:
             self._credentials[key] = principal
         return principal
 
+    @staticmethod
+    def claimed_principal(authorization: bytes | None) -> str | None:
+        """The user part of a Basic credential that failed, for the audit line (a burst of failures
+        for one name is an attack on that principal); never the token, None for Bearer or garbage."""
+        try:
+            return parse_proxy_authorization(authorization).user
+        except GatewayError:
+            return None
+
     def vetted_host(self, raw: bytes | str) -> VettedHost:
         """`vet_host` behind a bounded cache: IDNA canonicalisation costs more than the rest of a
         cached decision, and agents ask for the same few hosts over and over."""
@@ -209,6 +218,7 @@ class ProxyDecisions:
         error: GatewayError,
         generation: int,
         client: Mapping[str, Any] | None = None,
+        claimed: str | None = None,
     ) -> None:
         kind = self.kind_override or kind
         self.count_decision(kind, verdict_for(str(error.code)), str(error.code))
@@ -221,5 +231,6 @@ class ProxyDecisions:
             code=str(error.code),
             reason=error.message,
             generation=generation,
+            claimed_principal=claimed if error.code == ErrorCode.AUTH_REQUIRED else None,
             **(client or {}),
         )

@@ -48,7 +48,8 @@ class ForwardDispatcher:
             forward = self.decisions.forward_target(url)
             target = self.core.pin_cached(principal, forward.host, forward.port, loaded)
         except GatewayError as error:
-            self._deny(exchange, error, loaded, principal, forward)
+            claimed = self.decisions.claimed_principal(authorization) if principal is None else None
+            self._deny(exchange, error, loaded, principal, forward, claimed=claimed)
             return
         if target is None:
             spawn(self._pin_then_send(exchange, principal, forward, headers, loaded, named=named), name="proxy-forward")
@@ -141,6 +142,8 @@ class ForwardDispatcher:
         loaded: LoadedPolicy,
         principal: Principal | None,
         forward: ForwardTarget | None,
+        *,
+        claimed: str | None = None,
     ) -> None:
         self.decisions.record_deny(
             "http",
@@ -150,5 +153,6 @@ class ForwardDispatcher:
             error=error,
             generation=loaded.generation,
             client=exchange.client.audit_fields,
+            claimed=claimed,
         )
         exchange.client.refuse_exchange(exchange, error)

@@ -129,7 +129,14 @@ class TunnelOpener:
             if reserved:
                 self.release(principal_name or "")
             decisions.record_deny(
-                "connect", principal_name, host_name, port, error=error, generation=loaded.generation, client=client
+                "connect",
+                principal_name,
+                host_name,
+                port,
+                error=error,
+                generation=loaded.generation,
+                client=client,
+                claimed=decisions.claimed_principal(authorization) if principal_name is None else None,
             )
             raise
         return TunnelRequest(principal, authority.host, port, target, loaded, client or {})

@@ -93,3 +93,21 @@ def test_connect_answers_with_the_conn_that_its_decision_and_close_lines_share(
     close = next(line for line in mine if line["event"] == "close")
     assert close["address"] == origin.ip
     assert all(line["client_ip"] == "127.0.0.1" for line in mine)
+
+
+def test_a_failed_credential_names_the_claimed_principal_and_never_the_token(
+    proxy_factory: ProxyFactory, origins: OriginFactory
+) -> None:
+    origin = origins.start(_app(), names=("plain.example.org",), tls=False)
+    principals = {"agent": {"token_sha256": "0" * 64, "egress": {"allow_domains": ["*"]}}}
+    proxy = proxy_factory(proxy_policy([origin.cidr], ports=[origin.port], principals=principals))
+    with httpx.Client(proxy=f"http://agent:wrong-token-x@127.0.0.1:{proxy.port}", timeout=10) as client:
+        response = client.get(origin.url("/"))
+    assert response.status_code == 407
+    conn = response.headers["X-Egress-Id"]
+    lines = proxy.wait_audit(lambda lines: bool(_lines_of(lines, conn)))
+    (denial,) = _lines_of(lines, conn)
+    assert denial["code"] == "auth_required"
+    assert denial["claimed_principal"] == "agent"
+    assert "principal" not in denial
+    assert all("wrong-token-x" not in str(line) for line in lines)
