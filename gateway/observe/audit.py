@@ -433,6 +433,21 @@ class AuditLog:
                 record[key] = value
         self.write_record(record)
 
+    def never_opened(self, *, kind: str, principal: str, host: str, port: int, reason: str, **extra: Any) -> None:
+        """The close line of an allowed connection that never carried a byte (the dial failed, or
+        the client left while it ran), so the allow line is never left without its outcome."""
+        self.connection_closed(
+            kind=kind,
+            principal=principal,
+            host=host,
+            port=port,
+            bytes_up=0,
+            bytes_down=0,
+            duration_s=0.0,
+            reason=reason,
+            **extra,
+        )
+
     def close(self) -> None:
         if self._aggregate_timer is not None:
             self._aggregate_timer.cancel()

@@ -172,14 +172,11 @@ class TunnelOpener:
             else:
                 # Allowed, but the dial failed: an error outcome, and a close line for the audit trail.
                 self.decisions.count_decision("connect", "allow", "none")
-                self.audit.connection_closed(
+                self.audit.never_opened(
                     kind="connect",
                     principal=principal.name,
                     host=target.name,
                     port=target.port,
-                    bytes_up=0,
-                    bytes_down=0,
-                    duration_s=0.0,
                     reason=str(error.code),
                     **request.client,
                 )
@@ -197,14 +194,11 @@ class TunnelOpener:
         self.release(request.principal.name)
         target = dialed.target
         self.decisions.record_allow("connect", request.principal, target, client=request.client)
-        self.audit.connection_closed(
+        self.audit.never_opened(
             kind="connect",
             principal=request.principal.name,
             host=target.name,
             port=target.port,
-            bytes_up=0,
-            bytes_down=0,
-            duration_s=0.0,
             reason=reason,
             **request.client,
         )

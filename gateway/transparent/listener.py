@@ -414,14 +414,11 @@ class TransparentConnection(asyncio.Protocol):
             listener.tunnels.release(principal.name)
             listener.record_allow(principal, target, self.original)
             listener.count("error", str(error.code))
-            listener.audit.connection_closed(
+            listener.audit.never_opened(
                 kind=KIND,
                 principal=principal.name,
                 host=target.name,
                 port=target.port,
-                bytes_up=0,
-                bytes_down=0,
-                duration_s=0.0,
                 reason=str(error.code),
             )
             self._close()
@@ -433,14 +430,11 @@ class TransparentConnection(asyncio.Protocol):
         if self.closed:
             upstream.close()
             listener.tunnels.release(principal.name)
-            listener.audit.connection_closed(
+            listener.audit.never_opened(
                 kind=KIND,
                 principal=principal.name,
                 host=target.name,
                 port=target.port,
-                bytes_up=0,
-                bytes_down=0,
-                duration_s=0.0,
                 reason="client_closed",
             )
             return
