@@ -71,6 +71,23 @@ def policy_generation(gateway: GatewayProcess) -> float:
     return float(match.group(1))
 
 
+def start_held_fetch(
+    gateway: GatewayProcess, site: HoldingSite, origin: Origin
+) -> tuple[threading.Thread, list[httpx.Response]]:
+    """A fetch of `/held` in a thread, returned once the origin holds it (its answer lands in the list)."""
+    outcome: list[httpx.Response] = []
+    caller = threading.Thread(
+        target=lambda: outcome.append(call(gateway, "fetch", {"url": origin.url("/held")}, FETCHER_TOKEN)),
+        name="held-fetch",
+    )
+    caller.start()
+    deadline = time.monotonic() + HELD_WAIT_S
+    while site.arrived < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert site.arrived == 1
+    return caller, outcome
+
+
 def test_search_and_fetch_are_separate_switches_per_token_principal(
     gateway_factory: GatewayFactory, origins: OriginFactory, harness_loop: HarnessLoop
 ) -> None:
@@ -142,17 +159,8 @@ def test_a_fetch_spanning_a_policy_reload_is_dropped_with_policy_changed(
     gateway = gateway_factory(policy)
     generation_before = policy_generation(gateway)
 
-    outcome: list[httpx.Response] = []
-    caller = threading.Thread(
-        target=lambda: outcome.append(call(gateway, "fetch", {"url": origin.url("/held")}, FETCHER_TOKEN)),
-        name="held-fetch",
-    )
-    caller.start()
+    caller, outcome = start_held_fetch(gateway, site, origin)
     try:
-        deadline = time.monotonic() + HELD_WAIT_S
-        while site.arrived < 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert site.arrived == 1
         # The new policy still allows this principal and host: only the generation changes.
         rewritten = token_policy(origin, principals={**principals, "observer": token_principal(BARE_TOKEN)})
         gateway.write_policy(rewritten)

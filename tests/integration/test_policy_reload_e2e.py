@@ -5,10 +5,7 @@ readiness probe says when the policy file is gone."""
 from __future__ import annotations
 
 import signal
-import threading
 import time
-
-import httpx
 
 from tests.conftest import GatewayFactory
 from tests.harness.gateway import policy_document
@@ -16,9 +13,8 @@ from tests.harness.origins import HarnessLoop, OriginFactory
 from tests.integration.test_budget_e2e import HoldingSite
 from tests.integration.test_permissions_e2e import (
     FETCHER_TOKEN,
-    HELD_WAIT_S,
-    call,
     policy_generation,
+    start_held_fetch,
     token_policy,
     token_principal,
 )
@@ -33,17 +29,8 @@ def test_sighup_and_a_same_content_rewrite_keep_a_call_in_flight(
     origin = origins.start(site.app(), names=["docs.example.org"])
     policy = token_policy(origin, principals={"fetcher": token_principal(FETCHER_TOKEN, fetch=True)})
     gateway = gateway_factory(policy)
-    outcome: list[httpx.Response] = []
-    caller = threading.Thread(
-        target=lambda: outcome.append(call(gateway, "fetch", {"url": origin.url("/held")}, FETCHER_TOKEN)),
-        name="held-fetch",
-    )
-    caller.start()
+    caller, outcome = start_held_fetch(gateway, site, origin)
     try:
-        deadline = time.monotonic() + HELD_WAIT_S
-        while site.arrived < 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert site.arrived == 1
         gateway.write_policy(policy)  # same content, new inode and mtime
         gateway.signal(signal.SIGHUP)
         time.sleep(SETTLE_S)
