@@ -122,3 +122,19 @@ def test_named_chrome_pruning_never_takes_more_than_half_of_the_article() -> Non
     markdown = render(page(f"<main><div class='list'>{cards}</div></main>"))
     kept = sum(f"Entry {n} ends here" in markdown for n in range(8))
     assert kept >= 4
+
+
+def test_image_alt_text_is_written_only_where_it_is_a_label_or_a_formula() -> None:
+    images = (
+        "<p><a href='/big.jpg'><img src='/s.jpg' alt='Thumbnail of the harbour'></a></p>"
+        "<figure><img src='/f.jpg' alt='Ferries'><figcaption>The ferries at dawn</figcaption></figure>"
+        "<p><img src='/l.jpg' alt='A long description of a picture of the old harbour wall at dawn'></p>"
+        "<p><img src='/c.png' alt='Step 3'></p>"
+        "<p><img src='/m.png' alt='{\\displaystyle x^{2}}'></p>"
+    )
+    markdown = render(page(f"<article>{BODY}{images}{BODY}</article>"))
+    assert "Thumbnail" not in markdown
+    assert "Ferries" not in markdown
+    assert "long description" not in markdown
+    assert "Step 3" in markdown
+    assert "x^{2}" in markdown
