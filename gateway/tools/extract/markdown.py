@@ -67,6 +67,8 @@ SKIPPED_TAGS = frozenset(
 # MathML's token elements: identifiers, numbers, operators, text, spaces and string literals.
 MATH_TOKENS = "mi, mn, mo, mtext, ms"
 REFERENCE_USE = re.compile(r"\]\[(\d+)\]")
+# A heading this long found inside the title repeats it (shorter ones are words like "News").
+TITLE_MATCH_MIN_CHARS = 20
 # Alt text up to this long is a label ("Logo", "Step 3"); longer, a description of the picture.
 ALT_LABEL_CHARS = 40
 ALT_CONTEXT_LEVELS = 6
@@ -220,7 +222,7 @@ class _Renderer:
         writer = self.writer
         self.in_heading -= 1
         text = writer.inline_text()
-        if text and self.pending_title and text == self.pending_title:
+        if text and self.pending_title and _repeats_title(text, self.pending_title):
             self.pending_title = ""
             return
         if text:
@@ -368,6 +370,14 @@ class _Renderer:
     def _close_container(self) -> None:
         self.writer.flush_paragraph()
         self.writer.containers.pop()
+
+
+def _repeats_title(heading: str, title: str) -> bool:
+    """Whether a heading says what the title line says: the same words, or the title less the
+    site's name ("Budget approved | The Daily" for "Budget approved")."""
+    if heading == title:
+        return True
+    return len(heading) >= TITLE_MATCH_MIN_CHARS and heading.casefold() in title.casefold()
 
 
 def _alt_is_text(image: LexborNode, alt: str) -> bool:
