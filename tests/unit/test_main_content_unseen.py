@@ -143,7 +143,8 @@ def test_image_alt_text_is_written_only_where_it_is_a_label_or_a_formula() -> No
 def test_a_first_heading_repeating_the_title_without_the_site_name_is_not_written_twice() -> None:
     html = (
         "<html><head><title>Budget approved after a long night | The Daily Example</title></head><body>"
-        f"<article><h1>Budget approved after a long night</h1>{BODY}<h2>News</h2><p>{FILLER}</p></article></body></html>"
+        f"<article><h1>Budget approved after a long night</h1>{BODY}<h2>News</h2><p>{FILLER}</p></article>"
+        "</body></html>"
     )
     markdown = render(html)
     assert markdown.count("Budget approved after a long night") == 1
