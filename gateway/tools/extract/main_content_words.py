@@ -85,6 +85,11 @@ COMMAS = (",", "\u060c", "\ufe50", "\ufe10", "\ufe11", "\u2e41", "\u2e34", "\u2e
 WIDE_SCRIPT = re.compile(r"[\u1100-\u11ff\u2e80-\u9fff\ua960-\ua97f\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
 # Extra weight of a wide-script character, so that a CJK sentence measures like its translation.
 WIDE_CHAR_EXTRA = 2
+COMMA_SET = frozenset(COMMAS)
+# Commas that are not wide-script characters themselves (the ideographic and fullwidth ones are).
+NARROW_COMMAS = frozenset(comma for comma in COMMAS if WIDE_SCRIPT.match(comma) is None)
+# Wide-script characters and commas of any script, found together in one scan.
+WIDE_OR_COMMA = re.compile(WIDE_SCRIPT.pattern[:-1] + "".join(COMMAS) + "]")
 SENTENCE_END = re.compile(r"[.!?]( |$)|[\u3002\uff01\uff1f\uff0e]")
 
 
@@ -109,7 +114,7 @@ def comma_count(text: str) -> int:
     """Commas of any script: each one is a clause, and clauses are what articles are made of."""
     if text.isascii():
         return text.count(",")
-    return sum(text.count(comma) for comma in COMMAS)
+    return sum(map(text.count, COMMAS))
 
 
 def reading_length(text: str) -> int:
@@ -117,6 +122,21 @@ def reading_length(text: str) -> int:
     if text.isascii():
         return len(text)
     return len(text) + WIDE_CHAR_EXTRA * len(WIDE_SCRIPT.findall(text))
+
+
+def measure_text(text: str) -> tuple[int, int]:
+    """`reading_length` and `comma_count` of one text, in one pass over non-ASCII text."""
+    if text.isascii():
+        return len(text), text.count(",")
+    special = WIDE_OR_COMMA.findall(text)
+    if not special:
+        return len(text), 0
+    commas = narrow = 0
+    for char in special:
+        if char in COMMA_SET:
+            commas += 1
+            narrow += char in NARROW_COMMAS
+    return len(text) + WIDE_CHAR_EXTRA * (len(special) - narrow), commas
 
 
 def mentions(words: str, keywords: tuple[str, ...]) -> bool:

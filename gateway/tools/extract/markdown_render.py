@@ -310,7 +310,7 @@ class MarkdownRenderer:
             child = child.next
         # Only text inside (most cells of big tables): no renderer of its own is needed.
         text = " ".join(cell.text(deep=True).split()) if child is None else self._rendered_cell_text(cell)
-        if self.plain:
+        if self.plain or ("|" not in text and "\\" not in text):
             return text
         return text.replace("\\", "\\\\").replace("|", "\\|")
 

@@ -45,6 +45,20 @@ def is_layout_table(table: LexborNode) -> bool:
     rows = table.css("tr")
     if not rows:
         return True
-    widest = max(len(row_cells(row)) for row in rows)
-    # One column, or one row without a header cell, is a box for text, not data.
-    return widest <= 1 or (len(rows) == 1 and table.css_first("th") is None)
+    # One column, or one row without a header cell, is a box for text, not data. A data table
+    # shows two cells in its first rows: the scan stops there instead of counting every row.
+    if len(rows) == 1 and table.css_first("th") is None:
+        return True
+    return not any(_holds_two_cells(row) for row in rows)
+
+
+def _holds_two_cells(row: LexborNode) -> bool:
+    seen = 0
+    child = row.child
+    while child is not None:
+        if child.tag in ("td", "th"):
+            seen += 1
+            if seen == 2:
+                return True
+        child = child.next
+    return False
