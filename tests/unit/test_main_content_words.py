@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from gateway.tools.extract.main_content_words import comma_count, measure_text, reading_length
+from gateway.tools.extract.main_content_words import any_of, comma_count, measure_text, reading_length
 
 
 @pytest.mark.parametrize(
@@ -22,3 +24,14 @@ from gateway.tools.extract.main_content_words import comma_count, measure_text, 
 )
 def test_measure_text_matches_reading_length_and_comma_count(text: str) -> None:
     assert measure_text(text) == (reading_length(text), comma_count(text))
+
+
+def test_the_trie_regex_finds_exactly_what_a_flat_alternation_finds() -> None:
+    words = ("art", "article", "and", "-ad-", "ad-break", "banner", "body", "co", "comment", "column")
+    flat = re.compile("|".join(re.escape(word) for word in words))
+    trie = any_of(words)
+    letters = "abcdeilmnortuy-"
+    samples = [*words, *(a + b for a in words for b in words)]
+    samples += ["".join(letters[(seed * 7 + n * 3) % len(letters)] for n in range(seed % 17)) for seed in range(3_000)]
+    for sample in samples:
+        assert bool(trie.search(sample)) == bool(flat.search(sample)), sample
