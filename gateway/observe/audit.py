@@ -132,6 +132,13 @@ def verdict_for(code: str) -> str:
     return "allow"
 
 
+def verdict_of_failure(code: str, rule: str | None) -> str:
+    """`verdict_for`, except that a failure no rule had allowed (a request head too large to
+    parse, a body that never arrived) is `none`: the policy never judged it."""
+    verdict = verdict_for(code)
+    return "none" if verdict == "allow" and rule is None else verdict
+
+
 def outcome_for_code(code: str) -> str:
     if code in POLICY_CODES:
         return "audit_unavailable" if code == ErrorCode.AUDIT_UNAVAILABLE else "denied"
@@ -360,7 +367,7 @@ class AuditLog:
         is recorded as the policy's `allow` with the failure as `outcome`. A refusal whose caller
         names no rule names the check its code comes from (`rule_for_code`)."""
         if decision == "deny" and code is not None:
-            decision = verdict_for(code)
+            decision = verdict_of_failure(code, rule)
             outcome = outcome or outcome_for_code(code)
             if code == ErrorCode.AUTH_REQUIRED:
                 metrics.AUTH_FAILURES.labels(kind=kind).inc()

@@ -19,7 +19,7 @@ from typing import Any
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog, verdict_for
+from gateway.observe.audit import AuditLog, verdict_of_failure
 from gateway.observe.loop_metrics import CounterChild
 from gateway.policy.decide import authenticate
 from gateway.policy.model import LoadedPolicy, Principal
@@ -230,7 +230,7 @@ class ProxyDecisions:
         claimed: str | None = None,
     ) -> None:
         kind = self.kind_override or kind
-        self.count_decision(kind, verdict_for(str(error.code)), str(error.code))
+        self.count_decision(kind, verdict_of_failure(str(error.code), error.rule), str(error.code))
         self.audit.decision(
             kind=kind,
             principal=principal,

@@ -28,7 +28,7 @@ from gateway.observe.audit import (
     new_connection_id,
     outcome_for_code,
     rule_for_code,
-    verdict_for,
+    verdict_of_failure,
 )
 from gateway.policy.decide import authenticate, decide_destination
 from gateway.policy.model import LoadedPolicy
@@ -189,13 +189,12 @@ class ToolsApi:
         would_deny_reason = audit.pop("would_deny_reason", None)
         if error is not None:
             code, reason = error.code, error.message
-            decision, outcome = verdict_for(code), outcome_for_code(code)
+            # `none` when no rule had allowed the call yet (a malformed request, a body that never arrived).
+            decision, outcome = verdict_of_failure(code, audit.get("rule")), outcome_for_code(code)
             if decision == "deny":
                 # The rule that refused, not the allow rule an earlier step recorded.
                 audit["rule"], audit["rule_pattern"] = _refusal_rule(tool, error)
-            elif decision == "none" or audit.get("rule") is None:
-                # No verdict was reached (a malformed request, a body that never arrived).
-                decision = "none"
+            elif decision == "none":
                 audit.pop("rule", None)
                 audit.pop("rule_pattern", None)
         elif would_deny is not None:

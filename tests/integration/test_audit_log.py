@@ -114,6 +114,7 @@ def test_every_api_response_names_its_request_and_every_tool_line_its_rule(
         "run-token": ("run_token", "allow", "orchestrators"),
     }
     assert lines["fetch-allowed"]["rule_pattern"] == "docs.example.org"
+    assert lines["fetch-allowed"]["address"] == origin.ip
     assert lines["run-token"]["client_ip"] == "127.0.0.1"
 
 

@@ -123,13 +123,18 @@ def test_only_the_policys_codes_are_denials(code: str, verdict: str) -> None:
 def test_a_failure_after_an_allow_is_logged_as_allow_with_its_outcome(tmp_path: Path) -> None:
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path))
-    audit.decision(kind="fetch", principal="p", host="h.example", port=443, decision="deny", code="upstream_status")
-    audit.decision(kind="fetch", principal="p", host="h.example", port=443, decision="deny", code="timeout")
+    common: dict[str, Any] = {"kind": "fetch", "principal": "p", "host": "h.example", "port": 443}
+    audit.decision(**common, decision="deny", code="upstream_status", rule="allow_domains[0]")
+    audit.decision(**common, decision="deny", code="timeout", rule="allow_domains[0]")
+    # No rule had allowed it: the policy never judged it (a head too large to parse).
+    audit.decision(kind="http", principal=None, host=None, port=None, decision="deny", code="too_large")
     audit.close()
     assert [(line["decision"], line["outcome"], line["code"]) for line in _lines(path)] == [
         ("allow", "upstream_error", "upstream_status"),
         ("allow", "timeout", "timeout"),
+        ("none", "too_large", "too_large"),
     ]
+    assert file_errors(path) == []
 
 
 @pytest.mark.parametrize(
