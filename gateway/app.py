@@ -21,7 +21,7 @@ from aiohttp import web
 from gateway import __version__
 from gateway.budget import BudgetStore, open_store
 from gateway.egress.client import GuardedClient
-from gateway.egress.connect import build_ssl_context
+from gateway.egress.connect import TlsTrust
 from gateway.egress.own_addresses import own_addresses
 from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
@@ -107,7 +107,7 @@ class Gateway:
             settings.redis_url, ca_bundle=settings.redis_ca_bundle, min_replicas=settings.redis_min_replicas
         )
         self.run_tokens = RunTokens(run_token_secret(settings))
-        self.ssl_context = build_ssl_context(settings.ca_bundle)
+        self.tls_trust = TlsTrust(settings.ca_bundle)
         self.idle_trim = IdleTrim()
         self._runners: list[web.AppRunner] = []
         self._draining = False
@@ -184,7 +184,7 @@ class Gateway:
             on_dns=_record_dns,
         )
         self.core.admission = self.audit.refusal
-        self.client = GuardedClient(self.core, self.ssl_context, self.settings.user_agent)
+        self.client = GuardedClient(self.core, self.tls_trust, self.settings.user_agent)
         self.extraction = ExtractionPool(self.settings.extract_workers, idle_exit_s=self.settings.extract_idle_exit_s)
         self._core_built = True
 

@@ -11,6 +11,7 @@ JSON error body too, and the `Server` header names no version.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -349,10 +350,13 @@ class ToolsApi:
         return _json_response({"tools": render_tools(fmt, cast(tuple[Tool, ...], tools))})
 
     async def handle_openapi(self, _: web.Request) -> web.Response:
-        return _json_response(OPENAPI)
+        return _json_response(_openapi())
 
 
-OPENAPI = openapi_document()
+@functools.cache
+def _openapi() -> dict[str, Any]:
+    """Built on the first GET /openapi.json, not at every start."""
+    return openapi_document()
 
 
 async def read_body(request: web.Request) -> bytes:

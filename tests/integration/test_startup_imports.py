@@ -22,6 +22,7 @@ NEVER_AT_START = (
     "gateway.budget.redis",
     "charset_normalizer",  # the converters load with the first page
     "pypdfium2",
+    "selectolax",  # lexbor: the first HTML page or HTML result page
     "gateway.tools.extract.decode",
     "gateway.tools.extract.main_content",
     "gateway.tools.extract.markdown",
