@@ -288,6 +288,8 @@ class Tunnel:
             code="policy_denied",
             reason=refusal,
             generation=self.target.generation,
+            rule="proxy.sni",
+            rule_pattern=self.sni,
             stage="sni",
             **self.audit_fields,
         )
@@ -404,6 +406,7 @@ class Tunnel:
             bytes_down=self.bytes_down,
             duration_s=duration,
             reason=reason,
+            target=self.target,
             address=self.address,
             **self.audit_fields,
         )
