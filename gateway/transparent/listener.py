@@ -234,7 +234,7 @@ class TransparentConnection(asyncio.Protocol):
         self.raw = False
         self.closed = False
         self.eof = False
-        self.deadline = LazyDeadline(self._timeout, listener.loop)
+        self.deadline = LazyDeadline(self._timeout, listener.tunnels.wheel)
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
