@@ -138,7 +138,7 @@ class ResponseDeadlines:
         self.idle_s = self.head_s = self.total_s = 0.0
         self.head_due = self.total_due = self.last_activity = 0.0
 
-    def start(self, now: float, *, idle_s: float, head_s: float, total_s: float) -> float:
+    def start(self, now: float, idle_s: float, head_s: float, total_s: float) -> float:
         """The request went upstream; returns the first deadline."""
         self.idle_s, self.head_s, self.total_s = idle_s, head_s, total_s
         self.last_activity = now

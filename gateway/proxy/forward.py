@@ -197,9 +197,7 @@ class UpstreamConnection(asyncio.Protocol):
         exchange.request_head = head
         now = self.last_activity = time.monotonic()
         self._deadline.set_at(
-            self._deadlines.start(
-                now, idle_s=exchange.response_idle_s, head_s=exchange.response_head_s, total_s=exchange.response_total_s
-            )
+            self._deadlines.start(now, exchange.response_idle_s, exchange.response_head_s, exchange.response_total_s)
         )
         assert self.transport is not None
         if exchange.pending:

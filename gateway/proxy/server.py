@@ -21,7 +21,7 @@ import asyncio
 import functools
 import time
 from collections import deque
-from typing import Any, cast
+from typing import Any
 
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
@@ -31,7 +31,7 @@ from gateway.proxy.connection_deadlines import ClientDeadline, ClientDeadlines, 
 from gateway.proxy.deadline import DeadlineWheel, LazyDeadline
 from gateway.proxy.decision_caches import ProxyDecisions
 from gateway.proxy.dispatch import ForwardDispatcher
-from gateway.proxy.exchange import ForwardExchange, ParsedRequest, PauseReason
+from gateway.proxy.exchange import NOT_PAUSED, ForwardExchange, ParsedRequest, PauseReason
 from gateway.proxy.forward import UpstreamConnection
 from gateway.proxy.heads import error_response
 from gateway.proxy.live_permission import REVOKED_REASON, revocation
@@ -168,7 +168,7 @@ class ClientConnection(asyncio.Protocol):
         self._connecting = False
         # Client bytes that arrive while a CONNECT is being dialed (a ClientHello sent eagerly).
         self._early = bytearray()
-        self._pause_mask = PauseReason(0)
+        self._pause_mask = NOT_PAUSED
         # What the connection's deadline is (head or keep-alive idle), as data; `_deadline` is its
         # entry in the wheel, which a tunnel on this connection takes over for its own limits.
         self._deadlines = ClientDeadlines()
@@ -186,9 +186,9 @@ class ClientConnection(asyncio.Protocol):
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        transport = cast(asyncio.Transport, transport)
-        self.transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it (no typing.cast:
+        # it is a Python call on every connection).
+        self.transport = transport  # type: ignore[assignment]
         self.audit_fields = {"conn": new_connection_id(), **client_fields(transport.get_extra_info("peername"))}
         self.server.connections.add(self)
         self._deadlines.accepted(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
@@ -221,8 +221,9 @@ class ClientConnection(asyncio.Protocol):
             elif isinstance(event, RequestEnd):
                 self._request_end()
             elif isinstance(event, ConnectHead):
-                self._deadlines.request_started()  # the tunnel's own limits take over
-                self._deadline.clear()
+                # The tunnel's own limits take over. The wheel entry stays filed: when its slot
+                # comes, `_timeout` finds nothing due and moves it on.
+                self._deadlines.request_started()
                 self._begin_connect(event)
             else:
                 self._refuse(event.error)
@@ -267,7 +268,6 @@ class ClientConnection(asyncio.Protocol):
     # request events ---------------------------------------------------------------------------
     def _request_head(self, head: RequestHead) -> None:
         self._deadlines.request_started()  # no deadline of ours while the request is served
-        self._deadline.clear()
         exchange = ForwardExchange(
             self,
             head.method,

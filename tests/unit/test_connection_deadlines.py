@@ -149,7 +149,7 @@ def test_response_deadlines(
     activity: float, now: float, head_sent: bool, paused: bool, at: float | None, message: str | None
 ) -> None:
     deadlines = ResponseDeadlines()
-    assert deadlines.start(0.0, idle_s=5.0, head_s=3.0, total_s=20.0) == 3.0
+    assert deadlines.start(0.0, 5.0, 3.0, 20.0) == 3.0
     deadlines.last_activity = activity
     got_at, got_message = deadlines.expired(now, head_sent=head_sent, reading_paused=paused)
     assert got_at == at
