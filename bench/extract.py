@@ -52,6 +52,7 @@ SNIPPET_CONTENT_TYPE = "text/html"
 SLOW_PAGE_MS = 50.0
 LOST_RECALL = 0.5
 HELD_OUT_EVERY = 4
+HELD_OUT_TITLE = "Snippet pages, held-out part"
 WORD = re.compile(r"\w+", re.UNICODE)
 MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 MD_AUTOLINK = re.compile(r"<https?://[^>]*>|https?://\S+")
@@ -353,7 +354,7 @@ def main() -> int:
         if "tuning" in wanted:
             parts.append(("Snippet pages, tuning part", tuning, True))
         if "held-out" in wanted:
-            parts.append(("Snippet pages, held-out part (every fourth)", held_out, True))
+            parts.append((f"{HELD_OUT_TITLE} (every fourth)", held_out, True))
     totals: dict[str, float] = {}
     for title, pages, snippets in parts:
         if not pages:
@@ -363,7 +364,9 @@ def main() -> int:
         for label, results in by_extractor.items():
             totals[label] = totals.get(label, 0.0) + sum(r.ms for r in results)
         if "ours" in by_extractor:
-            print_details(title, by_extractor["ours"], args.worst, snippets)
+            # The held-out part's pages are never listed: looking at them would make it tuning.
+            worst = 0 if title.startswith(HELD_OUT_TITLE) else args.worst
+            print_details(title, by_extractor["ours"], worst, snippets)
     if "ours" in totals and "trafilatura" in totals:
         print(f"\nall parts: speed vs trafilatura {totals['trafilatura'] / totals['ours']:.1f}x total time")
     return 0

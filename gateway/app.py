@@ -13,20 +13,20 @@ import gc
 import hashlib
 import logging
 import signal
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
 
 from gateway import __version__
 from gateway.budget import BudgetStore, open_store
-from gateway.dnsguard.server import DnsListener
-from gateway.dnsguard.upstream import Upstream
 from gateway.egress.client import GuardedClient
-from gateway.egress.connect import build_ssl_context
+from gateway.egress.connect import TlsTrust
 from gateway.egress.own_addresses import own_addresses
 from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
+from gateway.idle_trim import IdleTrim
 from gateway.listener_guard import ListenerLimits, listener_limits, raise_open_files_limit, serve_guarded
 from gateway.memory import limit_heap_retention
 from gateway.observe import metrics
@@ -44,8 +44,10 @@ from gateway.tools.robots import RobotsCache
 from gateway.tools.run_tokens import RunTokens, run_token_secret
 from gateway.tools.search.registry import engines_from_settings
 from gateway.tools.search.tool import SearchTool
-from gateway.transparent.http import TransparentHttp
-from gateway.transparent.listener import TransparentListener
+
+if TYPE_CHECKING:
+    from gateway.dnsguard.server import DnsListener
+    from gateway.transparent.listener import TransparentListener
 
 log = logging.getLogger("egress_gateway")
 
@@ -105,7 +107,8 @@ class Gateway:
             settings.redis_url, ca_bundle=settings.redis_ca_bundle, min_replicas=settings.redis_min_replicas
         )
         self.run_tokens = RunTokens(run_token_secret(settings))
-        self.ssl_context = build_ssl_context(settings.ca_bundle)
+        self.tls_trust = TlsTrust(settings.ca_bundle)
+        self.idle_trim = IdleTrim()
         self._runners: list[web.AppRunner] = []
         self._draining = False
         self._listeners_bound = False
@@ -181,7 +184,7 @@ class Gateway:
             on_dns=_record_dns,
         )
         self.core.admission = self.audit.refusal
-        self.client = GuardedClient(self.core, self.ssl_context, self.settings.user_agent)
+        self.client = GuardedClient(self.core, self.tls_trust, self.settings.user_agent)
         self.extraction = ExtractionPool(self.settings.extract_workers, idle_exit_s=self.settings.extract_idle_exit_s)
         self._core_built = True
 
@@ -232,14 +235,23 @@ class Gateway:
         )
 
     async def _start_interception(self) -> None:
-        """The transparent TCP and DNS listeners, when their settings are set (off by default)."""
+        """The transparent TCP and DNS listeners, when their settings are set (off by default).
+
+        Imported only then: a sidecar without interception never loads dnslib or these modules.
+        """
         assert self.proxy is not None
         uids = [uid for uid, _ in self.policy.current.policy.transparent.principals]
         if self.settings.transparent_listen:
+            from gateway.transparent.http import TransparentHttp  # noqa: PLC0415
+            from gateway.transparent.listener import TransparentListener  # noqa: PLC0415
+
             http = TransparentHttp(self.proxy)
             self.transparent = TransparentListener(self.core, self.audit, self.proxy.tunnels, http)
             await self.transparent.start(self.settings.transparent_listen, uids)
         if self.settings.dns_listen:
+            from gateway.dnsguard.server import DnsListener  # noqa: PLC0415
+            from gateway.dnsguard.upstream import Upstream  # noqa: PLC0415
+
             upstream = Upstream(self.settings.nameservers, self.settings.dns_timeout_s)
             self.dns = DnsListener(self.core, self.audit, upstream)
             await self.dns.start(self.settings.dns_listen, uids)
@@ -252,7 +264,7 @@ class Gateway:
         robots = RobotsCache()
         return ToolsApi(
             lambda: self.policy.current,
-            ToolCalls(self.store, lambda: self.policy.current, self.run_tokens),
+            ToolCalls(self.store, lambda: self.policy.current, self.run_tokens, self.idle_trim),
             FetchTool(self.client, self.extraction, robots, reader),
             SearchTool(self.client, self.store, settings),
             self.audit,
@@ -316,6 +328,7 @@ class Gateway:
             await self.store.close()
         await self.resolver.close()
         await self.extraction.close()
+        self.idle_trim.close()
         self.audit.close()
 
 

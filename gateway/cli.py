@@ -145,9 +145,9 @@ def _policy_token() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        # The parser is not kept: `serve` runs for the life of the process.
+        args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     if args.command in ("policy", "tools"):

@@ -8,10 +8,8 @@ module reads `os.environ`: settings are passed down.
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import re
-import tomllib
 from collections.abc import Callable, ItemsView, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -262,6 +260,8 @@ def _reject_unknown(env: _ReadRecorder, file_keys: Mapping[str, str]) -> None:
             continue
         if _ENGINE_SETTING.match(name):
             continue
+        import difflib  # noqa: PLC0415 - only a refused setting needs it
+
         # Compared without the shared prefix, which would make every name look alike.
         suffixes = {known_name.removeprefix("EGRESS_"): known_name for known_name in known}
         matches = difflib.get_close_matches(name.removeprefix("EGRESS_"), suffixes, n=1, cutoff=0.6)
@@ -318,6 +318,8 @@ def _file_value(value: Any) -> str:
 def read_settings_file(path: str) -> dict[str, str]:
     """A YAML or TOML settings file as EGRESS_* variables ({"audit": {"on_failure": "deny"}} →
     EGRESS_AUDIT_ON_FAILURE=deny). Raises invalid_input with the file and the problem."""
+    import tomllib  # noqa: PLC0415 - only a --config file needs it
+
     try:
         raw = Path(path).read_bytes()
         document = tomllib.loads(raw.decode()) if path.endswith(".toml") else yaml.safe_load(raw)

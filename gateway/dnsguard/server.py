@@ -83,6 +83,7 @@ class DnsListener:
             self._record(
                 principal.name, verdict.name, verdict.qtype, decision="deny", code=verdict.code,
                 reason=verdict.reason, answers=0, generation=loaded.generation, started=started,
+                rule=verdict.rule, rule_pattern=verdict.rule_pattern,
             )  # fmt: skip
             return verdict.reply
         try:
@@ -91,6 +92,7 @@ class DnsListener:
             self._record(
                 principal.name, verdict.name, verdict.qtype, decision="error", code=str(error.code),
                 reason=error.message, answers=0, generation=loaded.generation, started=started,
+                rule=verdict.rule, rule_pattern=verdict.rule_pattern,
             )  # fmt: skip
             return None
         judged = judge_answer(data, raw, policy, principal, self.core.guard_for(loaded))
@@ -106,6 +108,8 @@ class DnsListener:
             answers=judged.answers,
             generation=loaded.generation,
             started=started,
+            rule=judged.rule or verdict.rule,
+            rule_pattern=judged.rule_pattern if judged.rule else verdict.rule_pattern,
         )
         return judged.reply if tcp else fit_udp(judged.reply, verdict.udp_limit)
 
@@ -121,6 +125,8 @@ class DnsListener:
         answers: int,
         generation: int,
         started: float,
+        rule: str | None = None,
+        rule_pattern: str | None = None,
     ) -> None:
         metrics.DNS_QUERIES.labels(decision, qtype if qtype in KNOWN_QUERY_TYPES else "OTHER").inc()
         # A query the upstream failed is the policy's allow with the failure as the outcome.
@@ -133,6 +139,8 @@ class DnsListener:
             code=code,
             reason=reason or None,
             generation=generation,
+            rule=rule,
+            rule_pattern=rule_pattern,
             qtype=qtype or None,
             answers=answers,
             duration_s=round((time.perf_counter() - started) * 1e6) / 1e6,

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import ssl
 from dataclasses import dataclass
 
 import aiohttp
 import yarl
 from multidict import CIMultiDict
 
-from gateway.egress.connect import PinnedResolver
+from gateway.egress.connect import PinnedResolver, TlsTrust
 from gateway.egress.deadline import Deadline
 from gateway.egress.decompress import BoundedBody
 from gateway.egress.io_errors import mapped_io_errors
@@ -70,9 +69,9 @@ class FetchedResponse:
 class GuardedClient:
     """One instance per process; every call builds its own pinned connector."""
 
-    def __init__(self, core: EgressCore, ssl_context: ssl.SSLContext, user_agent: str) -> None:
+    def __init__(self, core: EgressCore, trust: TlsTrust, user_agent: str) -> None:
         self._core = core
-        self._ssl = ssl_context
+        self._trust = trust
         self._user_agent = user_agent
 
     async def fetch(
@@ -144,7 +143,7 @@ class GuardedClient:
         headers.setdefault("Accept-Encoding", "gzip, deflate, br")
         connector = aiohttp.TCPConnector(
             resolver=PinnedResolver(target),
-            ssl=self._ssl if vetted.scheme == "https" else False,
+            ssl=await self._trust.context() if vetted.scheme == "https" else False,
             use_dns_cache=False,
             force_close=True,
             limit=1,

@@ -12,8 +12,6 @@ import ipaddress
 import socket
 from collections.abc import Iterable
 
-import psutil
-
 from gateway.vet.addresses import IPAddress, IPNetwork
 
 LOOPBACK_NETWORKS: tuple[IPNetwork, ...] = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
@@ -21,6 +19,9 @@ LOOPBACK_NETWORKS: tuple[IPNetwork, ...] = (ipaddress.ip_network("127.0.0.0/8"),
 
 def host_addresses() -> tuple[IPAddress, ...]:
     """Every IPv4 and IPv6 address configured on an interface of this host (zone ids dropped)."""
+    # Only a wildcard listener needs the interface table: psutil (~1.3 MB) is not loaded otherwise.
+    import psutil  # noqa: PLC0415
+
     out: list[IPAddress] = []
     for entries in psutil.net_if_addrs().values():
         for entry in entries:

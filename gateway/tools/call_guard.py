@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from gateway.budget import BudgetStore
 from gateway.errors import ErrorCode, GatewayError
+from gateway.idle_trim import IdleTrim
 from gateway.observe import metrics
 from gateway.policy.model import LoadedPolicy, Principal, ToolLimits
 from gateway.tools.run_tokens import NO_IDS, RunTokens, VouchedIds, parse_budget_id
@@ -39,16 +40,25 @@ class CallContext:
 
 def require_tool(principal: Principal, tool: Tool) -> None:
     if not getattr(principal.tools, tool):
-        raise GatewayError(ErrorCode.POLICY_DENIED, f"principal {principal.name!r} may not use web_{tool}")
+        raise GatewayError(
+            ErrorCode.POLICY_DENIED, f"principal {principal.name!r} may not use web_{tool}", rule=f"tools.{tool}"
+        )
 
 
 class ToolCalls:
     """Runs tool work under the checks above. One per process, sharing the budget store."""
 
-    def __init__(self, store: BudgetStore, policy_source: Callable[[], LoadedPolicy], run_tokens: RunTokens) -> None:
+    def __init__(
+        self,
+        store: BudgetStore,
+        policy_source: Callable[[], LoadedPolicy],
+        run_tokens: RunTokens,
+        idle_trim: IdleTrim,
+    ) -> None:
         self._store = store
         self._policy_source = policy_source
         self.run_tokens = run_tokens
+        self._idle_trim = idle_trim
 
     def context(self, principal: Principal, loaded: LoadedPolicy, headers: Mapping[str, str]) -> CallContext:
         """The call's context with only the ids a run token vouches for (see `run_tokens.py`)."""
@@ -71,6 +81,15 @@ class ToolCalls:
         work: Callable[[], Awaitable[dict[str, Any]]],
     ) -> dict[str, Any]:
         """Reserve, run `work`, release, recheck the generation. `require_tool` has passed."""
+        self._idle_trim.started()
+        try:
+            return await self._reserved(tool, context, work)
+        finally:
+            self._idle_trim.finished()
+
+    async def _reserved(
+        self, tool: Tool, context: CallContext, work: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
         limits: ToolLimits = getattr(context.principal.budgets, tool)
         try:
             reservation = await self._store.reserve(

@@ -152,6 +152,8 @@ class TransparentListener:
             code=str(error.code),
             reason=error.message,
             generation=generation,
+            rule=error.rule,
+            rule_pattern=error.rule_pattern,
             original_dst=_format(original) if original else None,
             **extra,
         )
@@ -170,6 +172,8 @@ class TransparentListener:
             code=str(would.code) if would is not None else None,
             reason=would.message if would is not None else None,
             generation=target.generation,
+            rule=target.rule,
+            rule_pattern=target.rule_pattern,
             original_dst=_format(original),
         )
 
@@ -189,7 +193,11 @@ def still_allowed(
     if raw:
         rules = raw_rules_for_port(loaded.policy.transparent, tunnel.port)
         if not any(rule.host == tunnel.connect_host and rule.ip in (None, address) for rule in rules):
-            return GatewayError(ErrorCode.POLICY_DENIED, f"{tunnel.connect_host}:{tunnel.port} is no longer in raw_tcp")
+            return GatewayError(
+                ErrorCode.POLICY_DENIED,
+                f"{tunnel.connect_host}:{tunnel.port} is no longer in raw_tcp",
+                rule="transparent.raw_tcp",
+            )
     else:
         host = tunnel.target.host
         decision = decide_destination(loaded.policy, principal, host, tunnel.port)
@@ -197,7 +205,12 @@ def still_allowed(
             return decision.to_error()
     verdict = guard.vet(address, extra_allow=internal_exceptions(principal, tunnel.connect_host))
     if not verdict.allowed:
-        return GatewayError(ErrorCode.BLOCKED_DESTINATION, f"{tunnel.connect_host} is now denied: {verdict.reason}")
+        return GatewayError(
+            ErrorCode.BLOCKED_DESTINATION,
+            f"{tunnel.connect_host} is now denied: {verdict.reason}",
+            rule=verdict.rule,
+            rule_pattern=verdict.pattern,
+        )
     return None
 
 
@@ -339,7 +352,10 @@ class TransparentConnection(asyncio.Protocol):
             if server_name is None:
                 if loaded.policy.defaults.literal_ips != "allow":
                     raise GatewayError(
-                        ErrorCode.POLICY_DENIED, "the TLS ClientHello names no server (SNI) and literal_ips is deny"
+                        ErrorCode.POLICY_DENIED,
+                        "the TLS ClientHello names no server (SNI) and literal_ips is deny",
+                        rule="defaults.literal_ips",
+                        rule_pattern="deny",
                     )
                 host = self._literal_host()
             else:
@@ -377,11 +393,24 @@ class TransparentConnection(asyncio.Protocol):
                 guard = self.listener.core.guard_for(loaded)
                 verdict = guard.vet(address)
                 if not verdict.allowed:
-                    raise GatewayError(ErrorCode.BLOCKED_DESTINATION, f"raw TCP to {verdict.reason}")
+                    raise GatewayError(
+                        ErrorCode.BLOCKED_DESTINATION,
+                        f"raw TCP to {verdict.reason}",
+                        rule=verdict.rule,
+                        rule_pattern=verdict.pattern,
+                    )
             except GatewayError as error:
                 self._deny(error, host=rule.host)
                 return
-            matched = PinnedTarget(VettedHost(rule.host, rule.ip), port, (address,), loaded.generation, 0.0)
+            matched = PinnedTarget(
+                VettedHost(rule.host, rule.ip),
+                port,
+                (address,),
+                loaded.generation,
+                0.0,
+                rule="transparent.raw_tcp",
+                rule_pattern=f"{rule.host}:{rule.port}",
+            )
             break
         if matched is None:
             # Not an exception after all: judge the first flight like any other connection.

@@ -14,7 +14,7 @@ import yaml
 from aiohttp import web
 
 from gateway.egress.client import GuardedClient, OutboundRequest
-from gateway.egress.connect import build_ssl_context
+from gateway.egress.connect import TlsTrust
 from gateway.egress.deadline import Deadline
 from gateway.egress.own_addresses import own_addresses
 from gateway.egress.resolver import Resolver
@@ -58,7 +58,7 @@ class Egress:
         self.core = EgressCore(
             self.resolver, lambda: self.holder.current, own_addresses(a.host for a in settings.listen_addresses)
         )
-        return GuardedClient(self.core, build_ssl_context(settings.ca_bundle), settings.user_agent)
+        return GuardedClient(self.core, TlsTrust(settings.ca_bundle), settings.user_agent)
 
     @property
     def principal(self):  # type: ignore[no-untyped-def]

@@ -69,6 +69,16 @@ def test_a_bad_setting_is_one_line_naming_it(env: dict[str, str], message: str) 
     assert result.stderr.strip() == message
 
 
+def test_a_ca_bundle_that_does_not_load_stops_the_start(tmp_path: Path) -> None:
+    # The trust store itself is built on first use; the operator's bundle is still read at start.
+    bundle = tmp_path / "extra.pem"
+    bundle.write_text("not a certificate\n")
+    result = _cli("serve", env={"EGRESS_CA_BUNDLE": str(bundle), "EGRESS_AUDIT_LOG": "off"})
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"egress-gateway: EGRESS_CA_BUNDLE {str(bundle)!r} cannot be loaded: ")
+
+
 def test_a_misspelled_settings_file_key_names_the_closest_key(tmp_path: Path) -> None:
     config = tmp_path / "gateway.toml"
     config.write_text('proxy_listen = "127.0.0.1:3128"\n[audit]\non_failre = "allow"\n')

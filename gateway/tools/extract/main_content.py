@@ -18,6 +18,7 @@ import re
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from gateway.tools.extract.main_content_cleaning import clean_article
+from gateway.tools.extract.main_content_lead import lead_blocks
 from gateway.tools.extract.main_content_measure import TextStats, surely_holds, text_length
 from gateway.tools.extract.main_content_words import (
     ANY_VERDICT_WORD,
@@ -61,15 +62,6 @@ EDIT_LINK = re.compile(r"[?&](?:ve)?action=(?:edit|submit)\b", re.I)
 EDIT_LINK_MAX_CHARS = 30
 EDIT_LINK_REMNANTS = " []|\n\t"
 MOST_OF_PAGE = 0.6
-# Where an article's lead is looked for: levels above the chosen content, siblings before it.
-LEAD_LEVELS = 3
-LEAD_SIBLINGS = 3
-LEAD_MAX_BLOCKS = 2
-LEAD_TAGS = frozenset({"p", "h2"})
-LEAD_SELECTOR = "p, h2"
-LEAD_MIN_CHARS = 60
-LEAD_MAX_CHARS = 1_000
-LEAD_MAX_LINK_DENSITY = 0.2
 NOSCRIPT_PAGE_CHARS = 2_000
 # Below this much text the strict pass probably threw the article away: retry looser.
 MIN_ARTICLE_CHARS = 500
@@ -381,43 +373,6 @@ def gather_article(top: LexborNode, top_score: float, scores: CandidateScores) -
             # their paragraphs too deep to vote this high) is taken when it reads as prose.
             article.append(sibling)
     return article
-
-
-def lead_blocks(top: LexborNode, article: list[LexborNode], stats: TextStats) -> list[LexborNode]:
-    """The lead of the article when it sits before the body's container, in document order.
-
-    Sites put the standfirst (a `p.lead`, an intro `div`, a deck under the headline) in the
-    article's header, a sibling of the container that holds the paragraphs, so it gets few
-    votes and was left out. The nearest prose blocks before the chosen content, a few levels
-    up, are taken: prose-long, few links, a sentence.
-    """
-    taken = {node.mem_id for node in article}
-    node = top
-    for _ in range(LEAD_LEVELS):
-        parent = node.parent
-        if parent is None or parent.tag in ("body", "html"):
-            return []
-        leads: list[LexborNode] = []
-        sibling = node.prev
-        looked = 0
-        while sibling is not None and looked < LEAD_SIBLINGS:
-            if sibling.is_element_node and sibling.mem_id not in taken:
-                looked += 1
-                blocks = [sibling] if sibling.tag in LEAD_TAGS else sibling.css(LEAD_SELECTOR)[:LEAD_SIBLINGS]
-                leads.extend(block for block in reversed(blocks) if _reads_like_lead(block, stats))
-            sibling = sibling.prev
-        if leads:
-            return list(reversed(leads))[-LEAD_MAX_BLOCKS:]
-        node = parent
-    return []
-
-
-def _reads_like_lead(node: LexborNode, stats: TextStats) -> bool:
-    text = " ".join(node.text(deep=True).split())
-    length = reading_length(text)
-    if not LEAD_MIN_CHARS <= length <= LEAD_MAX_CHARS:
-        return False
-    return stats.link_density(node) < LEAD_MAX_LINK_DENSITY and bool(SENTENCE_END.search(text))
 
 
 def _reads_like_paragraph(node: LexborNode, stats: TextStats) -> bool:

@@ -84,6 +84,8 @@ WIDGET_BLOCK = re.compile(rf"^(?:(?:{WIDGET})\W*\d*\W*)+$")
 AGENCY_CREDIT = re.compile(rf"\b(?:{AGENCY})\b[\w ./|-]{{0,40}}\W*$")
 DATE_BLOCK = re.compile(rf"^(?:{DATE_LINE})\b")
 CREDIT_BLOCK = re.compile(rf"^\W*(?:{CREDIT})")
+# A credit anywhere in a caption: "... (Foto: J. Doe)", "Bild: dpa", "© Reuters", "(Symbolbild)".
+CAPTION_CREDIT = re.compile(r"\b(?:fotos?|photos?|bild|image|credits?|quelle|source)\s*:|©|\(c\)|symbolbild")
 SHORT_BLOCK_CHARS = 120
 # A call to subscribe is one short sentence; an article's sentence about newsletters has clauses.
 CALL_BLOCK_CHARS = 200
@@ -113,7 +115,8 @@ def remove_boilerplate_blocks(root: LexborNode) -> None:
         if len(text) > MAX_JUDGED_CHARS:
             long_blocks.add(parent.mem_id)
             continue
-        verdict = _boilerplate(text, node.tag or "")
+        caption = node.tag == "figcaption" or "caption" in (node.attributes.get("class") or "").lower()
+        verdict = _boilerplate(text, caption)
         if verdict is None:
             continue
         if verdict == "teaser" and node.tag in HEADINGS:
@@ -121,10 +124,13 @@ def remove_boilerplate_blocks(root: LexborNode) -> None:
         node.decompose()
 
 
-def _boilerplate(text: str, tag: str) -> str | None:
+def _boilerplate(text: str, caption: bool) -> str | None:
     if not text:
         return None
     text = text.lower()
+    # A caption that credits its picture describes the picture, not the story.
+    if caption and (CAPTION_CREDIT.search(text) or AGENCY_CREDIT.search(text)):
+        return "credit"
     if len(text) <= CALL_BLOCK_CHARS and text.count(",") <= 1 and any(call in text for call in CALL_TO_ACTION):
         return "call"
     if len(text) > SHORT_BLOCK_CHARS:

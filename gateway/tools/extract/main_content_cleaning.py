@@ -15,12 +15,15 @@ from selectolax.lexbor import LexborNode
 
 from gateway.tools.extract.main_content_boilerplate import remove_boilerplate_blocks
 from gateway.tools.extract.main_content_words import (
+    NAMED_CHROME,
+    NAMED_CHROME_SELECTOR,
     SHARE_BAR,
     SHARE_BAR_CANDIDATES,
     ClassWeights,
     Strictness,
     class_and_id,
     comma_count,
+    mentions,
     reading_length,
 )
 
@@ -29,6 +32,10 @@ JUDGED_TAGS = frozenset({"table", "ul", "ol", "div", "section", "header", "form"
 # Elements whose presence keeps a short box: it holds code or a heading, not chrome.
 KEEPER_TAGS = frozenset({"pre", "code", "h1", "h2", "h3", "h4", "h5", "h6"})
 SHARE_BAR_MAX_CHARS = 500
+# What named-chrome pruning may drop: boxes and text blocks, never a link or the article itself.
+NAMED_CHROME_TAGS = frozenset(
+    {"div", "section", "p", "span", "ul", "ol", "li", "figure", "figcaption", "aside", "header", "small", "table"}
+)
 MIN_BOX_CHARS = 25
 # A box with this many commas is prose, whatever its links.
 PROSE_COMMAS = 10
@@ -48,8 +55,32 @@ def clean_article(nodes: list[LexborNode], strictness: Strictness) -> None:
     """Drop share bars, link lists and other chrome left inside the chosen content."""
     weights = ClassWeights()
     for root in nodes:
+        remove_named_chrome(root)
         _clean_subtree(root, strictness, weights)
         remove_boilerplate_blocks(root)
+
+
+def remove_named_chrome(root: LexborNode) -> None:
+    """Drop boxes inside the chosen content whose class or id names chrome (teaser, caption, ...).
+
+    Scoring judged the page before the content was known, and spared such boxes while they were
+    big; inside the article such a box is furniture whatever its size. At most half of the
+    article's text goes, so an article whose own wrappers carry one of the words (a page that
+    is one list of teasers) is not emptied. Innermost first, so the text of a box counts once:
+    when its outer box goes, the inner one is already gone from it.
+    """
+    budget = len(root.text(deep=True)) // 2
+    root_id = root.mem_id
+    for node in reversed(root.css(NAMED_CHROME_SELECTOR)):
+        if node.mem_id == root_id or node.tag not in NAMED_CHROME_TAGS:
+            continue
+        if not mentions(class_and_id(node), NAMED_CHROME):
+            continue
+        chars = len(node.text(deep=True))
+        if chars > budget:
+            continue
+        budget -= chars
+        node.decompose()
 
 
 def _clean_subtree(root: LexborNode, strictness: Strictness, weights: ClassWeights) -> None:

@@ -79,6 +79,13 @@ class TextStats:
             text_chars[target.mem_id] = max(0, width - 1)
             link_chars[target.mem_id] = linked
 
+    def text_length(self, node: LexborNode) -> int:
+        """`text_length` of the node, measured once for the pass."""
+        key = node.mem_id
+        if key not in self.text_chars:
+            self.measure([node])
+        return self.text_chars[key]
+
     def link_density(self, node: LexborNode) -> float:
         """Share of the text that sits inside links: high for menus and related-link lists."""
         key = node.mem_id

@@ -42,8 +42,19 @@ UNLIKELY = (
 # Words naming small widgets (a share bar, a cookie notice, a sign-up box). Sites also put them
 # on wrappers that hold the article (`gigya-share-btns-2_gig_containerParent` around The
 # Independent's body text), so they mark chrome only while the element is small.
-SMALL_WIDGET = ("cookie", "consent", "newsletter", "share", "sharing", "subscribe", "signup", "promo")
+SMALL_WIDGET = (
+    "cookie", "consent", "newsletter", "share", "sharing", "subscribe", "signup", "promo",
+    # Site notices and furniture: disclaimers, licence and copyright lines, star ratings,
+    # calls to action, alerts, a poster's signature block, embedded cards of other pages.
+    "disclaimer", "copyright", "licen", "rating", "-cta", "alert", "signature", "user-info", "embed",
+)  # fmt: skip
 SMALL_WIDGET_CHARS = 500
+# Class/id words of boxes that are never the article, judged inside the chosen content: teaser
+# cards, sidebars, captions, footers, author boxes, social buttons.
+NAMED_CHROME = ("teaser", "sidebar", "caption", "footer", "author", "social")
+NAMED_CHROME_SELECTOR = ", ".join(
+    f'[{attribute}*="{word}" i]' for word in NAMED_CHROME for attribute in ("class", "id")
+)
 MAYBE_CONTENT = ("and", "article", "body", "column", "content", "main", "shadow", "mathjax")
 NEGATIVE = (
     "-ad-", "hidden", "banner", "combx", "comment", "com-", "contact", "footer", "gdpr",

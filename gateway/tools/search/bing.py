@@ -10,9 +10,8 @@ the page is judged by its content, not its status. Pure; never opens a socket.
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
-
-from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from gateway.tools.search.engine import (
     TEXT_BROWSER_USER_AGENT,
@@ -25,6 +24,9 @@ from gateway.tools.search.engine import (
 from gateway.tools.search.links import host_of, unwrap_redirect
 from gateway.tools.search.query import SearchQuery
 from gateway.tools.search.transport import EngineReply, EngineRequest
+
+if TYPE_CHECKING:
+    from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 NAME = "bing"
 DEFAULT_URL = "https://www.bing.com/search"
@@ -83,6 +85,8 @@ def _snippet(item: LexborNode) -> str:
 
 
 def parse(reply: EngineReply) -> EngineOutcome:
+    from selectolax.lexbor import LexborHTMLParser  # noqa: PLC0415 - lexbor loads with the first HTML page
+
     tree = LexborHTMLParser(reply.text())
     items = tree.css("#b_results > li.b_algo")
     if not items and is_challenge(tree):

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode, urlsplit
-
-from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from gateway.tools.search.engine import (
     TEXT_BROWSER_USER_AGENT,
@@ -26,6 +25,9 @@ from gateway.tools.search.engine import (
 )
 from gateway.tools.search.query import SearchQuery
 from gateway.tools.search.transport import EngineReply, EngineRequest
+
+if TYPE_CHECKING:
+    from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 NAME = "brave"
 DEFAULT_URL = "https://search.brave.com/search"
@@ -93,6 +95,8 @@ def _row_snippet(row: LexborNode) -> str:
 
 
 def parse(reply: EngineReply) -> EngineOutcome:
+    from selectolax.lexbor import LexborHTMLParser  # noqa: PLC0415 - lexbor loads with the first HTML page
+
     tree = LexborHTMLParser(reply.text())
     rows_nodes = tree.css('div[data-type="web"]')
     if not rows_nodes and is_challenge(tree):

@@ -10,9 +10,8 @@ Pure; never opens a socket.
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
-
-from selectolax.lexbor import LexborHTMLParser
 
 from gateway.tools.search.engine import (
     TEXT_BROWSER_USER_AGENT,
@@ -24,6 +23,9 @@ from gateway.tools.search.engine import (
 )
 from gateway.tools.search.query import SearchQuery
 from gateway.tools.search.transport import EngineReply, EngineRequest
+
+if TYPE_CHECKING:
+    from selectolax.lexbor import LexborHTMLParser
 
 NAME = "duckduckgo"
 DEFAULT_URL = "https://html.duckduckgo.com/html/"
@@ -98,6 +100,8 @@ def parse_results_page(tree: LexborHTMLParser) -> EngineOutcome:
 
 
 def parse(reply: EngineReply) -> EngineOutcome:
+    from selectolax.lexbor import LexborHTMLParser  # noqa: PLC0415 - lexbor loads with the first HTML page
+
     tree = LexborHTMLParser(reply.text())
     # The challenge page comes back as HTTP 202 (or 403): read it before trusting the status.
     if is_challenge(tree):

@@ -12,13 +12,15 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
-from selectolax.lexbor import LexborNode
 
 from gateway.tools.search.query import SearchQuery
 from gateway.tools.search.transport import EngineReply, EngineRequest
+
+if TYPE_CHECKING:
+    from selectolax.lexbor import LexborNode
 
 Tier = Literal["keyed", "free", "configured"]
 OutcomeKind = Literal["results", "no_results", "challenge", "refused", "unrecognised"]

@@ -15,8 +15,6 @@ import re
 from collections.abc import Iterator
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from selectolax.lexbor import LexborHTMLParser
-
 from gateway.tools.search.duckduckgo import parse_results_page
 from gateway.tools.search.engine import (
     API_USER_AGENT,
@@ -134,6 +132,8 @@ def parse(reply: EngineReply) -> EngineOutcome:
                 return EngineOutcome.unrecognised("JSON without an array of linked objects")
             return EngineOutcome.results(rows) if rows else EngineOutcome.no_results("empty array")
     if reply.content_type in ("text/html", "application/xhtml+xml") or stripped[:1] == b"<":
+        from selectolax.lexbor import LexborHTMLParser  # noqa: PLC0415 - lexbor loads with the first HTML page
+
         return parse_results_page(LexborHTMLParser(reply.text()))
     rows = rows_from_text(reply.text(), reply.url)
     return EngineOutcome.results(rows) if rows else EngineOutcome.no_results("empty body")
