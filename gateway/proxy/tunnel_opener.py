@@ -189,6 +189,7 @@ class TunnelOpener:
                     host=target.name,
                     port=target.port,
                     reason=str(error.code),
+                    target=target,
                     **request.client,
                 )
             raise
@@ -211,6 +212,7 @@ class TunnelOpener:
             host=target.name,
             port=target.port,
             reason=reason,
+            target=target,
             **request.client,
         )
 

@@ -226,7 +226,8 @@ class ToolsApi:
     ) -> dict[str, Any]:
         """One audited tool call for a context already authenticated (MCP over HTTP and stdio)."""
         started = time.perf_counter()
-        audit: dict[str, Any] = _request_fields(request) if request is not None else {}
+        # A call without a listener (MCP over stdio) still gets an id for its line.
+        audit: dict[str, Any] = _request_fields(request) if request is not None else {"conn": new_connection_id()}
         audit.update(run=context.run_id, step=context.step_id)
         name, generation = context.principal.name, context.loaded.generation
         try:

@@ -19,13 +19,14 @@ import ipaddress
 import os
 import socket
 import time
-from typing import cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog
+from gateway.observe.audit import AuditLog, client_fields, new_connection_id
 from gateway.observe.loop_metrics import CounterChild
 from gateway.policy.decide import decide_destination, internal_exceptions
 from gateway.policy.model import LoadedPolicy, Principal
@@ -129,7 +130,12 @@ class TransparentListener:
             del self.open[tunnel]
             address = ipaddress.ip_address(tunnel.address)
             self.record_deny(
-                tunnel.principal.name, tunnel.connect_host, (address, tunnel.port), refusal, loaded.generation
+                tunnel.principal.name,
+                tunnel.connect_host,
+                (address, tunnel.port),
+                refusal,
+                loaded.generation,
+                client=tunnel.audit_fields,
             )
             tunnel.close("policy_changed")
 
@@ -140,6 +146,8 @@ class TransparentListener:
         original: tuple[IPAddress, int] | None,
         error: GatewayError,
         generation: int,
+        *,
+        client: Mapping[str, Any] | None = None,
         **extra: str,
     ) -> None:
         self.count("deny", str(error.code))
@@ -155,10 +163,17 @@ class TransparentListener:
             rule=error.rule,
             rule_pattern=error.rule_pattern,
             original_dst=_format(original) if original else None,
+            **(client or {}),
             **extra,
         )
 
-    def record_allow(self, principal: Principal, target: PinnedTarget, original: tuple[IPAddress, int]) -> None:
+    def record_allow(
+        self,
+        principal: Principal,
+        target: PinnedTarget,
+        original: tuple[IPAddress, int],
+        client: Mapping[str, Any] | None = None,
+    ) -> None:
         would = target.would_deny
         decision = "allow" if would is None else "would_deny"
         self.count(decision, "none" if would is None else str(would.code))
@@ -175,6 +190,7 @@ class TransparentListener:
             rule=target.rule,
             rule_pattern=target.rule_pattern,
             original_dst=_format(original),
+            **(client or {}),
         )
 
 
@@ -247,11 +263,14 @@ class TransparentConnection(asyncio.Protocol):
         self.raw = False
         self.closed = False
         self.eof = False
+        self.audit_fields: dict[str, Any] = {}
         self.deadline = LazyDeadline(self._timeout, listener.tunnels.wheel)
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        # `conn`, `client_ip`, `client_port`: every audit line of this connection carries them.
+        self.audit_fields = {"conn": new_connection_id(), **client_fields(transport.get_extra_info("peername"))}
         self.listener.connections.add(self)
         sock = transport.get_extra_info("socket")
         # uvloop hands out a pseudo-socket: read the option on a duplicate of the real descriptor.
@@ -441,7 +460,7 @@ class TransparentConnection(asyncio.Protocol):
             _CONNECT_LATENCY.observe(time.perf_counter() - started)
         except GatewayError as error:
             listener.tunnels.release(principal.name)
-            listener.record_allow(principal, target, self.original)
+            listener.record_allow(principal, target, self.original, self.audit_fields)
             listener.count("error", str(error.code))
             listener.audit.never_opened(
                 kind=KIND,
@@ -449,13 +468,15 @@ class TransparentConnection(asyncio.Protocol):
                 host=target.name,
                 port=target.port,
                 reason=str(error.code),
+                target=target,
+                **self.audit_fields,
             )
             self._close()
             return
         except BaseException:
             listener.tunnels.release(principal.name)
             raise
-        listener.record_allow(principal, target, self.original)
+        listener.record_allow(principal, target, self.original, self.audit_fields)
         if self.closed:
             upstream.close()
             listener.tunnels.release(principal.name)
@@ -465,6 +486,8 @@ class TransparentConnection(asyncio.Protocol):
                 host=target.name,
                 port=target.port,
                 reason="client_closed",
+                target=target,
+                **self.audit_fields,
             )
             return
         tunnel = self.tunnel = Tunnel(
@@ -477,6 +500,7 @@ class TransparentConnection(asyncio.Protocol):
             deadline=self.deadline,
             kind=KIND,
             sni="off",  # the name *is* the SNI (or the raw rule): nothing left to compare
+            audit_fields=self.audit_fields,
         )
         listener.tunnels.tunnels.add(tunnel)
         listener.open[tunnel] = (self.uid, self.raw)
@@ -499,6 +523,7 @@ class TransparentConnection(asyncio.Protocol):
             self.original,
             error,
             self.loaded.generation,
+            client=self.audit_fields,
             **extra,
         )
         self._close()

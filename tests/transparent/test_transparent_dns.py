@@ -23,6 +23,9 @@ def test_an_allowed_name_resolves_through_the_listener(pod: Topology) -> None:
     assert line["qtype"] == "A"
     assert line["answers"] == 1
     assert (line["rule"], line["rule_pattern"]) == ("allow_domains[0]", "docs.example.org")
+    assert line["conn"]
+    assert isinstance(line["client_ip"], str)
+    assert isinstance(line["client_port"], int)
 
 
 def test_a_denied_name_is_answered_nxdomain_and_never_sent_upstream(pod: Topology) -> None:

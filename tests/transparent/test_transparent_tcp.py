@@ -70,6 +70,13 @@ def test_curl_https_without_proxy_settings_is_forced_through_the_gateway(pod: To
     assert allowed[-1]["principal"] == "research"
     assert allowed[-1]["original_dst"] == f"{ORIGIN_V4}:443"
     assert (allowed[-1]["rule"], allowed[-1]["rule_pattern"]) == ("allow_domains[0]", "docs.example.org")
+    # The decision and close lines of one connection share its id and name the client.
+    conn = allowed[-1]["conn"]
+    lines = pod.wait_audit(lambda line: line.get("conn") == conn and line.get("event") == "close")
+    (close,) = [line for line in _transparent(lines, "close") if line.get("conn") == conn]
+    assert close["client_ip"] == allowed[-1]["client_ip"]
+    assert isinstance(close["client_port"], int)
+    assert close["address"] == ORIGIN_V4
 
 
 def test_curl_http_without_proxy_settings_is_forwarded_per_request(pod: Topology) -> None:
