@@ -127,6 +127,8 @@ class GatewayError(Exception):
         retry_after_s: float | None = None,
         extra: dict[str, Any] | None = None,
         permanent: bool = False,
+        rule: str | None = None,
+        rule_pattern: str | None = None,
     ) -> None:
         self.code = ErrorCode(code)
         self.message = one_line(message)
@@ -137,6 +139,10 @@ class GatewayError(Exception):
         # Set where the failure is known to repeat (a certificate the gateway does not trust):
         # decided by the I/O boundary from the exception's type, never from the message text.
         self.permanent = permanent
+        # The policy rule that refused (`deny_domains[0]`, `*.example.com`): for the audit line
+        # only, never in the response body (an agent is not told the policy's layout).
+        self.rule = rule
+        self.rule_pattern = rule_pattern
         super().__init__(f"{code}: {self.message}")
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -147,6 +153,8 @@ class GatewayError(Exception):
             "retry_after_s": self.retry_after_s,
             "extra": self.extra,
             "permanent": self.permanent,
+            "rule": self.rule,
+            "rule_pattern": self.rule_pattern,
         }
         return (_rebuild, (self.code, self.message, options))
 

@@ -15,14 +15,14 @@ import functools
 import struct
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from gateway.dnsguard.upstream import Upstream
 from gateway.dnsguard.verdict import fit_udp, judge_answer, judge_query
 from gateway.egress.target import EgressCore
 from gateway.errors import GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog
+from gateway.observe.audit import AuditLog, client_fields, new_connection_id
 from gateway.policy.transparent import KNOWN_QUERY_TYPES
 from gateway.settings import ListenAddress
 from gateway.tasks import spawn
@@ -65,17 +65,19 @@ class DnsListener:
         for server in self._servers:
             server.close()
 
-    async def answer(self, data: bytes, uid: int | None, *, tcp: bool) -> bytes | None:
+    async def answer(self, data: bytes, uid: int | None, *, tcp: bool, peer: object = None) -> bytes | None:
         """The reply to one query (None: nothing can be answered, e.g. not even a header)."""
         loaded = self.core.loaded
         policy = loaded.policy
         started = time.perf_counter()
+        # One id per query, and the client's address: what every audit line carries.
+        client = {"conn": new_connection_id(), **client_fields(peer)}
         try:
             principal = principal_for_port(loaded, uid)
         except GatewayError as error:
             self._record(
                 None, "", "", decision="deny", code=str(error.code), reason=error.message, answers=0,
-                generation=loaded.generation, started=started,
+                generation=loaded.generation, started=started, client=client,
             )  # fmt: skip
             return None
         verdict = judge_query(data, policy, principal)
@@ -83,6 +85,7 @@ class DnsListener:
             self._record(
                 principal.name, verdict.name, verdict.qtype, decision="deny", code=verdict.code,
                 reason=verdict.reason, answers=0, generation=loaded.generation, started=started,
+                rule=verdict.rule, rule_pattern=verdict.rule_pattern, client=client,
             )  # fmt: skip
             return verdict.reply
         try:
@@ -91,6 +94,7 @@ class DnsListener:
             self._record(
                 principal.name, verdict.name, verdict.qtype, decision="error", code=str(error.code),
                 reason=error.message, answers=0, generation=loaded.generation, started=started,
+                rule=verdict.rule, rule_pattern=verdict.rule_pattern, client=client,
             )  # fmt: skip
             return None
         judged = judge_answer(data, raw, policy, principal, self.core.guard_for(loaded))
@@ -106,6 +110,9 @@ class DnsListener:
             answers=judged.answers,
             generation=loaded.generation,
             started=started,
+            rule=judged.rule or verdict.rule,
+            rule_pattern=judged.rule_pattern if judged.rule else verdict.rule_pattern,
+            client=client,
         )
         return judged.reply if tcp else fit_udp(judged.reply, verdict.udp_limit)
 
@@ -121,6 +128,9 @@ class DnsListener:
         answers: int,
         generation: int,
         started: float,
+        rule: str | None = None,
+        rule_pattern: str | None = None,
+        client: dict[str, Any] | None = None,
     ) -> None:
         metrics.DNS_QUERIES.labels(decision, qtype if qtype in KNOWN_QUERY_TYPES else "OTHER").inc()
         # A query the upstream failed is the policy's allow with the failure as the outcome.
@@ -133,9 +143,12 @@ class DnsListener:
             code=code,
             reason=reason or None,
             generation=generation,
+            rule=rule,
+            rule_pattern=rule_pattern,
             qtype=qtype or None,
             answers=answers,
             duration_s=round((time.perf_counter() - started) * 1e6) / 1e6,
+            **(client or {}),
         )
 
 
@@ -157,7 +170,7 @@ class _UdpQueries(asyncio.DatagramProtocol):
 
     async def _answer(self, data: bytes, addr: tuple[str, int]) -> None:
         try:
-            reply = await self.listener.answer(data, self.uid, tcp=False)
+            reply = await self.listener.answer(data, self.uid, tcp=False, peer=addr)
         finally:
             self.listener.in_flight -= 1
         if reply is not None and self.transport is not None and not self.transport.is_closing():
@@ -199,7 +212,8 @@ class _TcpQueries(asyncio.Protocol):
 
     async def _answer(self, message: bytes) -> None:
         try:
-            reply = await self.listener.answer(message, self.uid, tcp=True)
+            peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+            reply = await self.listener.answer(message, self.uid, tcp=True, peer=peer)
         finally:
             self.pending -= 1
         transport = self.transport

@@ -44,6 +44,9 @@ class QueryVerdict:
     reason: str = ""
     udp_limit: int = CLASSIC_UDP_BYTES
     would_deny: GatewayError | None = None
+    # The rule that decided (the audit line's `rule` and `rule_pattern`).
+    rule: str | None = None
+    rule_pattern: str | None = None
 
 
 def _qtype_name(value: int) -> str:
@@ -102,6 +105,8 @@ def judge_query(data: bytes, policy: Policy, principal: Principal) -> QueryVerdi
             code=str(ErrorCode.POLICY_DENIED),
             reason=f"query type {qtype} is not in transparent.dns.allow_types",
             udp_limit=limit,
+            rule="transparent.dns.allow_types",
+            rule_pattern=",".join(policy.transparent.dns_allow_types),
         )
     try:
         host = vet_host(name)
@@ -115,6 +120,8 @@ def judge_query(data: bytes, policy: Policy, principal: Principal) -> QueryVerdi
             reply=_rcode_reply(query, denied_rcode),
             code=str(error.code),
             reason=error.message,
+            rule=error.rule,
+            rule_pattern=error.rule_pattern,
         )
     if not decision.allowed:
         refusal = decision.to_error()
@@ -127,9 +134,19 @@ def judge_query(data: bytes, policy: Policy, principal: Principal) -> QueryVerdi
                 code=str(refusal.code),
                 reason=refusal.message,
                 udp_limit=limit,
+                rule=decision.rule,
+                rule_pattern=decision.pattern,
             )
-        return QueryVerdict(name, qtype, forward=True, udp_limit=limit, would_deny=refusal)
-    return QueryVerdict(name, qtype, forward=True, udp_limit=limit)
+        return QueryVerdict(
+            name,
+            qtype,
+            forward=True,
+            udp_limit=limit,
+            would_deny=refusal,
+            rule=decision.rule,
+            rule_pattern=decision.pattern,
+        )
+    return QueryVerdict(name, qtype, forward=True, udp_limit=limit, rule=decision.rule, rule_pattern=decision.pattern)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +156,8 @@ class AnswerVerdict:
     code: str | None = None
     reason: str = ""
     truncated_upstream: bool = False
+    rule: str | None = None
+    rule_pattern: str | None = None
 
 
 def judge_answer(
@@ -162,7 +181,14 @@ def judge_answer(
         if not vetted.allowed and policy.mode_for(principal) != "report":
             denied = RCODE.NXDOMAIN if policy.transparent.dns_denied_answer == "nxdomain" else RCODE.REFUSED
             assert vetted.code is not None
-            return AnswerVerdict(_rcode_reply(query, denied), 0, str(vetted.code), vetted.reason)
+            return AnswerVerdict(
+                _rcode_reply(query, denied),
+                0,
+                str(vetted.code),
+                vetted.reason,
+                rule=vetted.rule,
+                rule_pattern=vetted.pattern,
+            )
     return AnswerVerdict(bytes(answer_bytes), len(answer.rr), truncated_upstream=bool(answer.header.tc))
 
 

@@ -142,7 +142,12 @@ class Resolver:
         for target in chain:
             reason = refused_name_reason(target)
             if reason is not None:
-                raise GatewayError(ErrorCode.BLOCKED_DESTINATION, f"{name} is an alias of {target}: {reason}")
+                raise GatewayError(
+                    ErrorCode.BLOCKED_DESTINATION,
+                    f"{name} is an alias of {target}: {reason}",
+                    rule="builtin_names",
+                    rule_pattern=target,
+                )
         addresses = tuple(dict.fromkeys(v4 + v6))
         if not addresses:
             errors = [e for e in (err4, err6) if e is not None and e != pycares.errno.ARES_ENODATA]

@@ -33,6 +33,9 @@ class NameVerdict:
 
     report: bool
     would_deny: GatewayError | None
+    # The allow rule that matched the name (`allow_domains[2]`, `*.github.com`), for the audit line.
+    rule: str | None = None
+    rule_pattern: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,9 @@ class PinnedTarget:
     generation: int
     dns_s: float
     would_deny: GatewayError | None = None
+    # The rule the audit line names: the allow rule of the name, or the rule report mode let pass.
+    rule: str | None = None
+    rule_pattern: str | None = None
     # `addresses` as text, formatted once per decision: the dialer and the audit line both need it,
     # and formatting an IP address is slow in pure Python.
     address_texts: tuple[str, ...] = field(init=False)
@@ -106,7 +112,13 @@ class EgressCore:
         if host.ip is not None:
             addresses: tuple[IPAddress, ...] = (host.ip,)
         else:
-            resolution = await self.resolver.resolve(host.name)
+            try:
+                resolution = await self.resolver.resolve(host.name)
+            except GatewayError as error:
+                # The policy allowed the name; the line of the failure names the rule that did.
+                if error.rule is None and error.code == ErrorCode.DNS_FAILURE:
+                    error.rule, error.rule_pattern = verdict.rule, verdict.rule_pattern
+                raise
             dns_s = resolution.duration_s
             # Only real lookups are timed: a cache hit would pile zeros into the DNS histogram.
             if self._on_dns and not resolution.cached:
@@ -169,10 +181,10 @@ class EgressCore:
         report = policy.mode_for(principal) == "report"
         decision = decide_name(policy, principal, host)
         if decision.allowed:
-            return NameVerdict(report, None)
+            return NameVerdict(report, None, decision.rule, decision.pattern)
         if not report:
             raise decision.to_error()
-        return NameVerdict(report, decision.to_error())
+        return NameVerdict(report, decision.to_error(), decision.rule, decision.pattern)
 
     def _vet_addresses(
         self,
@@ -186,10 +198,15 @@ class EgressCore:
         dns_s: float,
     ) -> PinnedTarget:
         would_deny = verdict.would_deny
+        rule, rule_pattern = verdict.rule, verdict.rule_pattern
         vetted = decide_addresses(self.guard_for(loaded), principal, host.name, addresses)
         if not vetted.allowed and would_deny is None:
+            if vetted.code == ErrorCode.DNS_FAILURE:
+                # The name was allowed; it only has no usable address (the line keeps its rule).
+                raise GatewayError(vetted.code, vetted.reason, rule=rule, rule_pattern=rule_pattern)
             # A name with no usable address cannot be "allowed anyway", even in report mode.
-            if not verdict.report or vetted.code == ErrorCode.DNS_FAILURE:
+            if not verdict.report:
                 raise vetted.to_error()
             would_deny = vetted.to_error()
-        return PinnedTarget(host, port, addresses, loaded.generation, dns_s, would_deny)
+            rule, rule_pattern = vetted.rule, vetted.pattern
+        return PinnedTarget(host, port, addresses, loaded.generation, dns_s, would_deny, rule, rule_pattern)

@@ -97,6 +97,23 @@ _OUTCOME_BY_CLOSE: dict[str, str] = {
     "draining": "shutdown",
     "shutdown": "shutdown",
 }
+# The rule a refusal names when its caller knew no more precise one (README, audit section):
+# the check that refused, by its code.
+_RULE_BY_CODE: dict[str, str] = {
+    ErrorCode.AUTH_REQUIRED: "credentials",
+    ErrorCode.UNSAFE_URL: "url_guard",
+    ErrorCode.BLOCKED_DESTINATION: "address_guard",
+    ErrorCode.POLICY_DENIED: "default_deny",
+    ErrorCode.REDIRECT_BLOCKED: "redirects",
+    ErrorCode.ROBOTS_DISALLOWED: "robots",
+    ErrorCode.QUOTA_EXHAUSTED: "budgets",
+    ErrorCode.CONCURRENCY_LIMITED: "budgets",
+    ErrorCode.COOLDOWN: "budgets",
+    ErrorCode.AUDIT_UNAVAILABLE: "audit_on_failure",
+    ErrorCode.INVALID_RUN_TOKEN: "run_tokens",
+    ErrorCode.DESTINATION_MISMATCH: "transparent.destination",
+    ErrorCode.PROTOCOL_UNKNOWN: "transparent.raw_tcp",
+}
 OUTCOMES: frozenset[str] = frozenset(
     {"ok", "denied", "error", "limit", "shutdown", "audit_unavailable"}
     | set(_OUTCOME_BY_CODE.values())
@@ -115,10 +132,22 @@ def verdict_for(code: str) -> str:
     return "allow"
 
 
+def verdict_of_failure(code: str, rule: str | None) -> str:
+    """`verdict_for`, except that a failure no rule had allowed (a request head too large to
+    parse, a body that never arrived) is `none`: the policy never judged it."""
+    verdict = verdict_for(code)
+    return "none" if verdict == "allow" and rule is None else verdict
+
+
 def outcome_for_code(code: str) -> str:
     if code in POLICY_CODES:
         return "audit_unavailable" if code == ErrorCode.AUDIT_UNAVAILABLE else "denied"
     return _OUTCOME_BY_CODE.get(code, "error")
+
+
+def rule_for_code(code: str) -> str | None:
+    """The check a refusal with `code` comes from, when the caller could not name its rule."""
+    return _RULE_BY_CODE.get(code)
 
 
 def outcome_for_close(reason: str) -> str:
@@ -330,15 +359,20 @@ class AuditLog:
         reason: str | None = None,
         generation: int | None = None,
         outcome: str | None = None,
+        rule: str | None = None,
+        rule_pattern: str | None = None,
         **extra: Any,
     ) -> None:
         """One decision line. A `deny` with a code that is not the policy's (a DNS failure, a 404)
-        is recorded as the policy's `allow` with the failure as `outcome`."""
+        is recorded as the policy's `allow` with the failure as `outcome`. A refusal whose caller
+        names no rule names the check its code comes from (`rule_for_code`)."""
         if decision == "deny" and code is not None:
-            decision = verdict_for(code)
+            decision = verdict_of_failure(code, rule)
             outcome = outcome or outcome_for_code(code)
             if code == ErrorCode.AUTH_REQUIRED:
                 metrics.AUTH_FAILURES.labels(kind=kind).inc()
+        if rule is None and code is not None and decision in ("deny", "would_deny"):
+            rule = rule_for_code(code)
         if outcome is not None:
             metrics.OUTCOMES.labels(kind=kind, outcome=outcome).inc()
         if self._sink is None:
@@ -354,6 +388,8 @@ class AuditLog:
             "code": code,
             "reason": reason,
             "generation": generation,
+            "rule": rule,
+            "rule_pattern": rule_pattern,
             **extra,
         }
         if decision == "deny" and self._aggregated(fields):
@@ -386,7 +422,7 @@ class AuditLog:
         repeats, self._repeats = self._repeats, {}
         for fields, count in repeats.values():
             if count:
-                summary = {name: fields.get(name) for name in ("kind", "principal", "host", "port", "code")}
+                summary = {name: fields.get(name) for name in ("kind", "principal", "host", "port", "code", "rule")}
                 self.write(
                     "repeated",
                     **summary,

@@ -23,7 +23,8 @@ class Decision:
     allowed: bool
     code: ErrorCode | None
     reason: str
-    # The rule that decided, for the audit line: `allow_domains[2]` and its pattern `*.github.com`.
+    # The rule that decided, for the audit line: `allow_domains[2]` and its pattern `*.github.com`
+    # (the README's audit section lists every rule name).
     rule: str | None = None
     pattern: str | None = None
 
@@ -37,7 +38,7 @@ class Decision:
 
     def to_error(self) -> GatewayError:
         assert self.code is not None
-        return GatewayError(self.code, self.reason)
+        return GatewayError(self.code, self.reason, rule=self.rule, rule_pattern=self.pattern)
 
 
 def token_digest(token: str) -> str:
@@ -93,13 +94,18 @@ def decide_form(policy: Policy, principal: Principal, host: VettedHost, port: in
     in-cluster name only for a principal whose `internal_hosts` names it exactly."""
     if host.internal is not None and not any(rule.host == host.name for rule in principal.egress.internal_hosts):
         return Decision.deny(
-            ErrorCode.UNSAFE_URL, f"{host.internal}; only an exact internal_hosts entry of the principal opens it"
+            ErrorCode.UNSAFE_URL,
+            f"{host.internal}; only an exact internal_hosts entry of the principal opens it",
+            "builtin_names",
         )
+    defaults = policy.defaults
     refusal = port_or_literal_refusal(
-        host, port, allowed_ports=policy.defaults.ports, literal_ips_allowed=policy.defaults.literal_ips == "allow"
+        host, port, allowed_ports=defaults.ports, literal_ips_allowed=defaults.literal_ips == "allow"
     )
     if refusal is not None:
-        return Decision.deny(ErrorCode.UNSAFE_URL, refusal)
+        if host.ip is not None and defaults.literal_ips != "allow":
+            return Decision.deny(ErrorCode.UNSAFE_URL, refusal, "defaults.literal_ips", defaults.literal_ips)
+        return Decision.deny(ErrorCode.UNSAFE_URL, refusal, "defaults.ports", ",".join(map(str, defaults.ports)))
     return Decision.allow(f"port {port} and host form allowed")
 
 
@@ -122,7 +128,9 @@ def decide_name(policy: Policy, principal: Principal, host: VettedHost) -> Decis
             return Decision.allow(
                 f"{host.name} is an internal host named by {principal.name}", f"internal_hosts[{index}]", internal.host
             )
-    return Decision.deny(ErrorCode.POLICY_DENIED, f"{host.name} is not in {principal.name}'s allow_domains")
+    return Decision.deny(
+        ErrorCode.POLICY_DENIED, f"{host.name} is not in {principal.name}'s allow_domains", "default_deny"
+    )
 
 
 def decide_destination(policy: Policy, principal: Principal, host: VettedHost, port: int) -> Decision:
@@ -153,5 +161,10 @@ def decide_addresses(
     for address in addresses:
         verdict = guard.vet(address, extra_allow=extra)
         if not verdict.allowed:
-            return Decision.deny(ErrorCode.BLOCKED_DESTINATION, f"{host_name} resolves to {verdict.reason}")
+            return Decision.deny(
+                ErrorCode.BLOCKED_DESTINATION,
+                f"{host_name} resolves to {verdict.reason}",
+                verdict.rule,
+                verdict.pattern,
+            )
     return Decision.allow(f"{host_name} resolves only to allowed addresses")

@@ -19,7 +19,7 @@ from typing import Any
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog, verdict_for
+from gateway.observe.audit import AuditLog, verdict_of_failure
 from gateway.observe.loop_metrics import CounterChild
 from gateway.policy.decide import authenticate
 from gateway.policy.model import LoadedPolicy, Principal
@@ -150,6 +150,7 @@ class ProxyDecisions:
         if target is not None:
             _FORWARD_UP.inc(exchange.bytes_up)
             _FORWARD_DOWN.inc(exchange.bytes_down)
+            upstream = exchange.upstream
             self.audit.connection_closed(
                 kind=self.kind_override or "http",
                 principal=exchange.principal,
@@ -159,6 +160,10 @@ class ProxyDecisions:
                 bytes_down=exchange.bytes_down,
                 duration_s=time.perf_counter() - exchange.started,
                 reason=reason,
+                method=self.method_name(exchange.method),
+                path=exchange.audit_path,
+                status=exchange.status or None,
+                address=(upstream.key[1] or None) if upstream is not None else None,
                 **exchange.client.audit_fields,
             )
 
@@ -200,6 +205,10 @@ class ProxyDecisions:
             record["code"] = str(would.code)
             record["reason"] = would.message
         record["generation"] = target.generation
+        if target.rule is not None:
+            record["rule"] = target.rule
+            if target.rule_pattern is not None:
+                record["rule_pattern"] = target.rule_pattern
         if method is not None:
             record["method"] = method
         if path is not None:
@@ -221,7 +230,7 @@ class ProxyDecisions:
         claimed: str | None = None,
     ) -> None:
         kind = self.kind_override or kind
-        self.count_decision(kind, verdict_for(str(error.code)), str(error.code))
+        self.count_decision(kind, verdict_of_failure(str(error.code), error.rule), str(error.code))
         self.audit.decision(
             kind=kind,
             principal=principal,
@@ -231,6 +240,8 @@ class ProxyDecisions:
             code=str(error.code),
             reason=error.message,
             generation=generation,
+            rule=error.rule,
+            rule_pattern=error.rule_pattern,
             claimed_principal=claimed if error.code == ErrorCode.AUTH_REQUIRED else None,
             **(client or {}),
         )

@@ -94,12 +94,13 @@ class ForwardDispatcher:
         exchange.principal = principal.name
         exchange.principal_rule = principal
         exchange.target = target
+        exchange.audit_path = self.decisions.audit.http_path(forward.origin_form)
         self.decisions.record_allow(
             "http",
             principal,
             target,
             method=self.decisions.method_name(exchange.method),
-            path=self.decisions.audit.http_path(forward.origin_form),
+            path=exchange.audit_path,
             client=exchange.client.audit_fields,
         )
         settings = loaded.policy.proxy

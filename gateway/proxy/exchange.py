@@ -69,6 +69,7 @@ class ForwardExchange:
     """One request and its response: state shared by the client and upstream protocols."""
 
     __slots__ = (
+        "audit_path",
         "body_done",
         "bytes_down",
         "bytes_up",
@@ -89,6 +90,7 @@ class ForwardExchange:
         "response_total_s",
         "retried",
         "started",
+        "status",
         "target",
         "upstream",
     )
@@ -115,6 +117,8 @@ class ForwardExchange:
         self.request_head = b""
         self.retried = False
         self.started = time.perf_counter()
+        self.status = 0  # the upstream's final status once its head went to the client
+        self.audit_path: str | None = None  # the audit lines' `path` (None when left out)
         self.principal = ""
         self.principal_rule: Principal | None = None  # what the decision was made for (live permission)
         self.target: PinnedTarget | None = None

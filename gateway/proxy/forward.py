@@ -116,6 +116,8 @@ class UpstreamConnection(asyncio.Protocol):
             self._fail(exchange, error)
             return
         if framing.has_output:
+            if not exchange.status:
+                exchange.status = framing.status  # for the close line
             exchange.client.transport.write(framing.take_output())
         if framing.body_bytes > exchange.max_response_bytes:
             exchange.bytes_down = framing.body_bytes
@@ -129,6 +131,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._reusable = False
         framing = self.framing
         if framing is not None and framing.head_sent and framing.has_output:
+            exchange.status = exchange.status or framing.status
             exchange.client.transport.write(framing.take_output())
         self.exchange = None
         if self.transport is not None:
@@ -198,10 +201,13 @@ class UpstreamConnection(asyncio.Protocol):
         exchange.upstream = self
         self.principal_rule = exchange.principal_rule
         self.target = exchange.target
+        conn = exchange.client.audit_fields.get("conn")
         self.framing = ResponseFraming(
             head_only=exchange.head_only,
             client_http10=exchange.client_http10,
             close_client=exchange.client_http10 or not exchange.client_keep_alive,
+            # The id of the audit lines, as on refusals and the CONNECT 200.
+            id_field=b"X-Egress-Id: %s\r\n" % conn.encode("ascii") if isinstance(conn, str) else b"",
         )
         self._reused = self._responses > 0
         self._answered = False

@@ -41,6 +41,7 @@ class ResponseFraming:
         "_has_length",
         "_head_only",
         "_headers",
+        "_id_field",
         "_out",
         "_parser",
         "_progress",
@@ -57,8 +58,10 @@ class ResponseFraming:
         "reusable",
     )
 
-    def __init__(self, *, head_only: bool, client_http10: bool, close_client: bool) -> None:
+    def __init__(self, *, head_only: bool, client_http10: bool, close_client: bool, id_field: bytes = b"") -> None:
         self._head_only = head_only
+        # `X-Egress-Id: <conn>\r\n` for the final head (the origin's own field of that name is dropped).
+        self._id_field = id_field
         self._client_http10 = client_http10
         # An HTTP/1.0 client, or one that asked to close, is told so in the final response head.
         self.close_client = close_client
@@ -110,6 +113,11 @@ class ResponseFraming:
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
         return data
+
+    @property
+    def status(self) -> int:
+        """The final response's status once its head was sent, else 0."""
+        return self._status if self.head_sent else 0
 
     @property
     def has_output(self) -> bool:
@@ -175,7 +183,7 @@ class ResponseFraming:
             self._upstream_chunked = True
         elif lowered == b"connection":
             self._connection_values.append(value)
-        if lowered in HOP_BY_HOP or lowered.startswith(b"proxy-"):
+        if lowered in HOP_BY_HOP or lowered.startswith(b"proxy-") or (lowered == b"x-egress-id" and self._id_field):
             return
         self._headers.append((lowered, name + b": " + value + b"\r\n"))
 
@@ -207,6 +215,8 @@ class ResponseFraming:
                 # Re-frame: the client gets a chunked body whatever the upstream used.
                 self._chunk_to_client = True
                 kept.append(b"Transfer-Encoding: chunked\r\n")
+        if not informational and self._id_field:
+            kept.append(self._id_field)
         if self.close_client and not informational:
             kept.append(b"Connection: close\r\n")
         kept.append(b"\r\n")

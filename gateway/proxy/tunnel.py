@@ -288,6 +288,8 @@ class Tunnel:
             code="policy_denied",
             reason=refusal,
             generation=self.target.generation,
+            rule="proxy.sni",
+            rule_pattern=self.sni,
             stage="sni",
             **self.audit_fields,
         )

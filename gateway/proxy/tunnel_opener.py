@@ -74,6 +74,8 @@ class TunnelOpener:
                 ErrorCode.CONCURRENCY_LIMITED,
                 "the gateway's tunnel limit is reached",
                 retry_after_s=LIMIT_RETRY_AFTER_S,
+                rule="proxy.max_tunnels_total",
+                rule_pattern=str(settings.max_tunnels_total),
             )
         count = self._by_principal.get(principal, 0)
         if count >= settings.max_tunnels_per_principal:
@@ -82,6 +84,8 @@ class TunnelOpener:
                 ErrorCode.CONCURRENCY_LIMITED,
                 f"{principal} has reached its tunnel limit",
                 retry_after_s=LIMIT_RETRY_AFTER_S,
+                rule="proxy.max_tunnels_per_principal",
+                rule_pattern=str(settings.max_tunnels_per_principal),
             )
         self._by_principal[principal] = count + 1
         self._reserved_total += 1
@@ -170,8 +174,8 @@ class TunnelOpener:
                     client=request.client,
                 )
             else:
-                # Allowed, but the dial failed: an error outcome, and a close line for the audit trail.
-                self.decisions.count_decision("connect", "allow", "none")
+                # Allowed, but the dial failed: the allow line, then a close line with the error.
+                self.decisions.record_allow("connect", principal, target, client=request.client)
                 self.audit.never_opened(
                     kind="connect",
                     principal=principal.name,

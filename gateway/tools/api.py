@@ -28,7 +28,8 @@ from gateway.observe.audit import (
     client_fields,
     new_connection_id,
     outcome_for_code,
-    verdict_for,
+    rule_for_code,
+    verdict_of_failure,
 )
 from gateway.policy.decide import authenticate, decide_destination
 from gateway.policy.model import LoadedPolicy
@@ -45,6 +46,10 @@ MAX_REQUEST_BYTES = 64 * 1024
 BODY_TIMEOUT_S = 10.0
 SERVER_HEADER = "egress-gateway"
 TOOL_FORMATS: tuple[ToolFormat, ...] = ("openai", "anthropic", "mcp")
+# The request's id (its audit lines' `conn`), kept on the request for the X-Egress-Id header.
+REQUEST_ID_KEY = "egress_request_id"
+# The budget key a budget refusal names, by code (quota refusals name theirs in `budget`).
+_BUDGET_KEYS = {ErrorCode.CONCURRENCY_LIMITED: "concurrent", ErrorCode.COOLDOWN: "min_interval_s"}
 
 
 def _json_response(body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -65,7 +70,26 @@ def error_response(exc: GatewayError) -> web.Response:
 def _request_fields(request: web.Request) -> dict[str, Any]:
     """The audit fields every tool line carries from its HTTP request: its id and the client."""
     peer = request.transport.get_extra_info("peername") if request.transport is not None else None
-    return {"conn": new_connection_id(), **client_fields(peer)}
+    return {"conn": request_id(request), **client_fields(peer)}
+
+
+def request_id(request: web.Request) -> str:
+    """The id of one API request: its audit lines' `conn` and its response's X-Egress-Id."""
+    existing = request.get(REQUEST_ID_KEY)
+    if isinstance(existing, str):
+        return existing
+    created = request[REQUEST_ID_KEY] = new_connection_id()
+    return created
+
+
+def _refusal_rule(tool: str, error: GatewayError) -> tuple[str | None, str | None]:
+    """The rule a tool refusal names: the error's own, a budget key, or the check of its code."""
+    if error.rule is not None:
+        return error.rule, error.rule_pattern
+    if error.code in (ErrorCode.QUOTA_EXHAUSTED, ErrorCode.CONCURRENCY_LIMITED, ErrorCode.COOLDOWN):
+        budget = error.extra.get("budget")
+        return f"budgets.{tool}", budget if isinstance(budget, str) else _BUDGET_KEYS.get(error.code)
+    return rule_for_code(error.code), None
 
 
 class ToolsApi:
@@ -149,7 +173,6 @@ class ToolsApi:
                 tool, principal=principal_name, generation=generation, started=started, error=None, audit=audit
             )
             response = _json_response(result)
-        response.headers[CONNECTION_ID_HEADER] = audit["conn"]
         return response
 
     def _finish(
@@ -167,7 +190,14 @@ class ToolsApi:
         would_deny_reason = audit.pop("would_deny_reason", None)
         if error is not None:
             code, reason = error.code, error.message
-            decision, outcome = verdict_for(code), outcome_for_code(code)
+            # `none` when no rule had allowed the call yet (a malformed request, a body that never arrived).
+            decision, outcome = verdict_of_failure(code, audit.get("rule")), outcome_for_code(code)
+            if decision == "deny":
+                # The rule that refused, not the allow rule an earlier step recorded.
+                audit["rule"], audit["rule_pattern"] = _refusal_rule(tool, error)
+            elif decision == "none":
+                audit.pop("rule", None)
+                audit.pop("rule_pattern", None)
         elif would_deny is not None:
             decision, code, reason, outcome = "would_deny", would_deny, would_deny_reason, "ok"
         else:
@@ -196,7 +226,8 @@ class ToolsApi:
     ) -> dict[str, Any]:
         """One audited tool call for a context already authenticated (MCP over HTTP and stdio)."""
         started = time.perf_counter()
-        audit: dict[str, Any] = _request_fields(request) if request is not None else {}
+        # A call without a listener (MCP over stdio) still gets an id for its line.
+        audit: dict[str, Any] = _request_fields(request) if request is not None else {"conn": new_connection_id()}
         audit.update(run=context.run_id, step=context.step_id)
         name, generation = context.principal.name, context.loaded.generation
         try:
@@ -211,6 +242,8 @@ class ToolsApi:
         """Run one tool call for `context`; shared by the HTTP handlers and the CLI."""
         # The switch first and once: a principal without the tool learns nothing about its arguments.
         require_tool(context.principal, "fetch" if tool == "fetch" else "search")
+        # The switch that let the call in; a fetch names its destination's rule once decided.
+        audit["rule"] = f"tools.{tool}"
         if tool == "fetch":
             return await self._invoke_fetch(context, payload, audit)
         return await self._invoke_search(context, payload, audit)
@@ -265,15 +298,19 @@ class ToolsApi:
             orchestrator = minter.name
             minted = self._calls.run_tokens.mint(loaded.policy, minter, await self._payload(request))
         except GatewayError as exc:
-            self._audit_mint(orchestrator, None, loaded.generation, started, exc)
+            self._audit_mint(request, orchestrator, None, generation=loaded.generation, started=started, error=exc)
             return error_response(exc)
-        self._audit_mint(orchestrator, str(minted["principal"]), loaded.generation, started, None)
+        self._audit_mint(
+            request, orchestrator, str(minted["principal"]), generation=loaded.generation, started=started, error=None
+        )
         return _json_response(minted)
 
     def _audit_mint(
         self,
+        request: web.Request,
         orchestrator: str | None,
         principal: str | None,
+        *,
         generation: int,
         started: float,
         error: GatewayError | None,
@@ -290,6 +327,9 @@ class ToolsApi:
             generation=generation,
             duration_s=round(time.perf_counter() - started, 6),
             orchestrator=orchestrator,
+            # An orchestrator refused after it authenticated was refused by its own entry.
+            rule="orchestrators" if orchestrator is not None else None,
+            **_request_fields(request),
         )
         self._audit.flush()
 
@@ -338,9 +378,11 @@ async def read_body(request: web.Request) -> bytes:
         ) from None
 
 
-async def _plain_server_header(_: web.Request, response: web.StreamResponse) -> None:
+async def _plain_server_header(request: web.Request, response: web.StreamResponse) -> None:
     # aiohttp would announce "Python/3.x aiohttp/3.y": a free fingerprint for an attacker.
     response.headers["Server"] = SERVER_HEADER
+    # Every response names its request's id, the `conn` of the audit lines it wrote (if any).
+    response.headers[CONNECTION_ID_HEADER] = request_id(request)
 
 
 @web.middleware

@@ -40,7 +40,9 @@ class CallContext:
 
 def require_tool(principal: Principal, tool: Tool) -> None:
     if not getattr(principal.tools, tool):
-        raise GatewayError(ErrorCode.POLICY_DENIED, f"principal {principal.name!r} may not use web_{tool}")
+        raise GatewayError(
+            ErrorCode.POLICY_DENIED, f"principal {principal.name!r} may not use web_{tool}", rule=f"tools.{tool}"
+        )
 
 
 class ToolCalls:

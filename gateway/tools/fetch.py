@@ -176,6 +176,7 @@ class FetchTool:
         if self._reader is None and limits.robots == "respect":
             await self._check_robots(vetted, principal, loaded, deadline)
         response = await self._get(vetted, principal, loaded, deadline)
+        audit["address"] = response.address  # the vetted address the answer came from
         if response.would_deny is not None:
             audit["would_deny"] = response.would_deny.code
             audit["would_deny_reason"] = response.would_deny.message

@@ -81,7 +81,9 @@ class _StrictDispatcher(ForwardDispatcher):
         try:
             url = absolute_target(request.url, request.headers, client.original[1])
         except GatewayError as error:
-            self.decisions.record_deny(KIND, None, None, client.original[1], error=error, generation=0)
+            self.decisions.record_deny(
+                KIND, None, None, client.original[1], error=error, generation=0, client=client.audit_fields
+            )
             client.refuse_exchange(exchange, error)
             return
         super().start(request if url is request.url else dataclasses.replace(request, url=url))

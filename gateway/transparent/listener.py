@@ -19,13 +19,14 @@ import ipaddress
 import os
 import socket
 import time
-from typing import cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog
+from gateway.observe.audit import AuditLog, client_fields, new_connection_id
 from gateway.observe.loop_metrics import CounterChild
 from gateway.policy.decide import decide_destination, internal_exceptions
 from gateway.policy.model import LoadedPolicy, Principal
@@ -129,7 +130,12 @@ class TransparentListener:
             del self.open[tunnel]
             address = ipaddress.ip_address(tunnel.address)
             self.record_deny(
-                tunnel.principal.name, tunnel.connect_host, (address, tunnel.port), refusal, loaded.generation
+                tunnel.principal.name,
+                tunnel.connect_host,
+                (address, tunnel.port),
+                refusal,
+                loaded.generation,
+                client=tunnel.audit_fields,
             )
             tunnel.close("policy_changed")
 
@@ -140,6 +146,8 @@ class TransparentListener:
         original: tuple[IPAddress, int] | None,
         error: GatewayError,
         generation: int,
+        *,
+        client: Mapping[str, Any] | None = None,
         **extra: str,
     ) -> None:
         self.count("deny", str(error.code))
@@ -152,11 +160,20 @@ class TransparentListener:
             code=str(error.code),
             reason=error.message,
             generation=generation,
+            rule=error.rule,
+            rule_pattern=error.rule_pattern,
             original_dst=_format(original) if original else None,
+            **(client or {}),
             **extra,
         )
 
-    def record_allow(self, principal: Principal, target: PinnedTarget, original: tuple[IPAddress, int]) -> None:
+    def record_allow(
+        self,
+        principal: Principal,
+        target: PinnedTarget,
+        original: tuple[IPAddress, int],
+        client: Mapping[str, Any] | None = None,
+    ) -> None:
         would = target.would_deny
         decision = "allow" if would is None else "would_deny"
         self.count(decision, "none" if would is None else str(would.code))
@@ -170,7 +187,10 @@ class TransparentListener:
             code=str(would.code) if would is not None else None,
             reason=would.message if would is not None else None,
             generation=target.generation,
+            rule=target.rule,
+            rule_pattern=target.rule_pattern,
             original_dst=_format(original),
+            **(client or {}),
         )
 
 
@@ -189,7 +209,11 @@ def still_allowed(
     if raw:
         rules = raw_rules_for_port(loaded.policy.transparent, tunnel.port)
         if not any(rule.host == tunnel.connect_host and rule.ip in (None, address) for rule in rules):
-            return GatewayError(ErrorCode.POLICY_DENIED, f"{tunnel.connect_host}:{tunnel.port} is no longer in raw_tcp")
+            return GatewayError(
+                ErrorCode.POLICY_DENIED,
+                f"{tunnel.connect_host}:{tunnel.port} is no longer in raw_tcp",
+                rule="transparent.raw_tcp",
+            )
     else:
         host = tunnel.target.host
         decision = decide_destination(loaded.policy, principal, host, tunnel.port)
@@ -197,7 +221,12 @@ def still_allowed(
             return decision.to_error()
     verdict = guard.vet(address, extra_allow=internal_exceptions(principal, tunnel.connect_host))
     if not verdict.allowed:
-        return GatewayError(ErrorCode.BLOCKED_DESTINATION, f"{tunnel.connect_host} is now denied: {verdict.reason}")
+        return GatewayError(
+            ErrorCode.BLOCKED_DESTINATION,
+            f"{tunnel.connect_host} is now denied: {verdict.reason}",
+            rule=verdict.rule,
+            rule_pattern=verdict.pattern,
+        )
     return None
 
 
@@ -234,11 +263,14 @@ class TransparentConnection(asyncio.Protocol):
         self.raw = False
         self.closed = False
         self.eof = False
+        self.audit_fields: dict[str, Any] = {}
         self.deadline = LazyDeadline(self._timeout, listener.loop)
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        # `conn`, `client_ip`, `client_port`: every audit line of this connection carries them.
+        self.audit_fields = {"conn": new_connection_id(), **client_fields(transport.get_extra_info("peername"))}
         self.listener.connections.add(self)
         sock = transport.get_extra_info("socket")
         # uvloop hands out a pseudo-socket: read the option on a duplicate of the real descriptor.
@@ -339,7 +371,10 @@ class TransparentConnection(asyncio.Protocol):
             if server_name is None:
                 if loaded.policy.defaults.literal_ips != "allow":
                     raise GatewayError(
-                        ErrorCode.POLICY_DENIED, "the TLS ClientHello names no server (SNI) and literal_ips is deny"
+                        ErrorCode.POLICY_DENIED,
+                        "the TLS ClientHello names no server (SNI) and literal_ips is deny",
+                        rule="defaults.literal_ips",
+                        rule_pattern="deny",
                     )
                 host = self._literal_host()
             else:
@@ -377,11 +412,24 @@ class TransparentConnection(asyncio.Protocol):
                 guard = self.listener.core.guard_for(loaded)
                 verdict = guard.vet(address)
                 if not verdict.allowed:
-                    raise GatewayError(ErrorCode.BLOCKED_DESTINATION, f"raw TCP to {verdict.reason}")
+                    raise GatewayError(
+                        ErrorCode.BLOCKED_DESTINATION,
+                        f"raw TCP to {verdict.reason}",
+                        rule=verdict.rule,
+                        rule_pattern=verdict.pattern,
+                    )
             except GatewayError as error:
                 self._deny(error, host=rule.host)
                 return
-            matched = PinnedTarget(VettedHost(rule.host, rule.ip), port, (address,), loaded.generation, 0.0)
+            matched = PinnedTarget(
+                VettedHost(rule.host, rule.ip),
+                port,
+                (address,),
+                loaded.generation,
+                0.0,
+                rule="transparent.raw_tcp",
+                rule_pattern=f"{rule.host}:{rule.port}",
+            )
             break
         if matched is None:
             # Not an exception after all: judge the first flight like any other connection.
@@ -412,7 +460,7 @@ class TransparentConnection(asyncio.Protocol):
             _CONNECT_LATENCY.observe(time.perf_counter() - started)
         except GatewayError as error:
             listener.tunnels.release(principal.name)
-            listener.record_allow(principal, target, self.original)
+            listener.record_allow(principal, target, self.original, self.audit_fields)
             listener.count("error", str(error.code))
             listener.audit.never_opened(
                 kind=KIND,
@@ -420,13 +468,14 @@ class TransparentConnection(asyncio.Protocol):
                 host=target.name,
                 port=target.port,
                 reason=str(error.code),
+                **self.audit_fields,
             )
             self._close()
             return
         except BaseException:
             listener.tunnels.release(principal.name)
             raise
-        listener.record_allow(principal, target, self.original)
+        listener.record_allow(principal, target, self.original, self.audit_fields)
         if self.closed:
             upstream.close()
             listener.tunnels.release(principal.name)
@@ -436,6 +485,7 @@ class TransparentConnection(asyncio.Protocol):
                 host=target.name,
                 port=target.port,
                 reason="client_closed",
+                **self.audit_fields,
             )
             return
         tunnel = self.tunnel = Tunnel(
@@ -448,6 +498,7 @@ class TransparentConnection(asyncio.Protocol):
             deadline=self.deadline,
             kind=KIND,
             sni="off",  # the name *is* the SNI (or the raw rule): nothing left to compare
+            audit_fields=self.audit_fields,
         )
         listener.tunnels.tunnels.add(tunnel)
         listener.open[tunnel] = (self.uid, self.raw)
@@ -470,6 +521,7 @@ class TransparentConnection(asyncio.Protocol):
             self.original,
             error,
             self.loaded.generation,
+            client=self.audit_fields,
             **extra,
         )
         self._close()

@@ -76,6 +76,10 @@ class AddressVerdict:
     address: IPAddress
     allowed: bool
     reason: str
+    # The rule that decided, for the audit line: `builtin_ranges`, `defaults.deny_cidrs[0]`, ...
+    # and its CIDR; None for a public address no rule names.
+    rule: str | None = None
+    pattern: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,7 @@ class _Rule:
     # over the built-in table (0), so an allow_cidrs entry equal to a built-in range is the
     # exception it says it is, and a deny/allow tie in the policy resolves to deny.
     rank: int = 0
+    name: str = "builtin_ranges"
 
 
 class _PrefixTable:
@@ -188,8 +193,14 @@ class AddressGuard:
             a for a in self_addresses if isinstance(a, ipaddress.IPv4Network | ipaddress.IPv6Network)
         )
         base = _builtin_rules()
-        base.extend(_Rule(net, False, f"{net} (policy deny_cidrs)", rank=2) for net in deny_cidrs)
-        policy_allow = [_Rule(net, True, f"{net} (policy allow_cidrs)", rank=1) for net in allow_cidrs]
+        base.extend(
+            _Rule(net, False, f"{net} (policy deny_cidrs)", rank=2, name=f"defaults.deny_cidrs[{index}]")
+            for index, net in enumerate(deny_cidrs)
+        )
+        policy_allow = [
+            _Rule(net, True, f"{net} (policy allow_cidrs)", rank=1, name=f"defaults.allow_cidrs[{index}]")
+            for index, net in enumerate(allow_cidrs)
+        ]
         self._v4 = _PrefixTable((r for r in base + policy_allow if r.network.version == 4), 32)
         self._v6 = _PrefixTable((r for r in base + policy_allow if r.network.version == 6), 128)
 
@@ -200,13 +211,17 @@ class AddressGuard:
             address in self._self_addresses
             or any(address.version == net.version and address in net for net in self._self_networks)
         ):
-            return AddressVerdict(address, False, f"{address} is an address of the gateway's own listeners")
+            return AddressVerdict(
+                address, False, f"{address} is an address of the gateway's own listeners", "own_addresses", str(address)
+            )
         return verdict
 
     def _vet_ranges(self, address: IPAddress, extra_allow: Sequence[IPNetwork]) -> AddressVerdict:
         for net in extra_allow:
             if address.version == net.version and address in net:
-                return AddressVerdict(address, True, f"{address} allowed by host rule {net}")
+                return AddressVerdict(
+                    address, True, f"{address} allowed by host rule {net}", "internal_hosts", str(net)
+                )
         if isinstance(address, ipaddress.IPv4Address):
             return self._vet_v4(address)
         return self._vet_v6(address)
@@ -216,15 +231,15 @@ class AddressGuard:
         if rule is None:
             return AddressVerdict(address, True, f"{address} is public")
         if rule.allow:
-            return AddressVerdict(address, True, f"{address} allowed by {rule.label}")
-        return AddressVerdict(address, False, f"{address} is in {rule.label}")
+            return AddressVerdict(address, True, f"{address} allowed by {rule.label}", rule.name, str(rule.network))
+        return AddressVerdict(address, False, f"{address} is in {rule.label}", rule.name, str(rule.network))
 
     def _vet_v6(self, address: ipaddress.IPv6Address) -> AddressVerdict:
         if address.scope_id:
             address = ipaddress.IPv6Address(address.compressed.split("%", 1)[0])
         rule = self._v6.match(int(address))
         if rule is not None and rule.allow:
-            return AddressVerdict(address, True, f"{address} allowed by {rule.label}")
+            return AddressVerdict(address, True, f"{address} allowed by {rule.label}", rule.name, str(rule.network))
         embedded = embedded_ipv4(address)
         if embedded is not None:
             form, inner = embedded
@@ -235,9 +250,13 @@ class AddressGuard:
                 False,
                 f"{address} is in {where}, embedding IPv4 {inner}"
                 + ("" if inner_verdict.allowed else f" ({inner_verdict.reason})"),
+                rule.name if rule else "builtin_ranges",
+                str(rule.network) if rule else None,
             )
         if rule is not None:
-            return AddressVerdict(address, False, f"{address} is in {rule.label}")
+            return AddressVerdict(address, False, f"{address} is in {rule.label}", rule.name, str(rule.network))
         if address not in GLOBAL_UNICAST_V6:
-            return AddressVerdict(address, False, f"{address} is in {_outside_global_reason(address)}")
+            return AddressVerdict(
+                address, False, f"{address} is in {_outside_global_reason(address)}", "builtin_ranges", None
+            )
         return AddressVerdict(address, True, f"{address} is public")

@@ -14,11 +14,13 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 from aiohttp import web
 
 from tests.conftest import GatewayFactory
 from tests.harness.gateway import GatewayProcess, policy_document
 from tests.harness.origins import Origin, OriginFactory
+from tests.harness.run_tokens import SECRET_ENV, TEST_ORCHESTRATORS, mint
 
 WAIT_S = 10.0
 
@@ -78,6 +80,44 @@ def test_the_tools_api_echoes_the_line_id_and_the_line_carries_the_client(
     assert "secret" not in audit_path.read_text()
 
 
+def test_every_api_response_names_its_request_and_every_tool_line_its_rule(
+    gateway_factory: GatewayFactory, origins: OriginFactory, tmp_path: Path
+) -> None:
+    origin = origins.start(_app(), names=["docs.example.org"], tls=False)
+    audit_path = tmp_path / "audit.log"
+    GatewayProcess.audit_files.append(audit_path)
+    principals = {
+        "default": {"egress": {"allow_domains": ["docs.example.org"]}, "tools": {"fetch": True, "search": False}},
+    }
+    policy = policy_document(
+        allow_cidrs=[origin.cidr], ports=[80, 443, origin.port], principals=principals, orchestrators=TEST_ORCHESTRATORS
+    )
+    gateway = gateway_factory(policy, env={"EGRESS_AUDIT_LOG": str(audit_path), **SECRET_ENV})
+    api = gateway.api_url
+    calls = {
+        "fetch-allowed": httpx.post(f"{api}/v1/fetch", json={"url": origin.url("/page")}, timeout=20),
+        "fetch-denied": httpx.post(f"{api}/v1/fetch", json={"url": f"http://other.example.org:{origin.port}/"}),
+        "search-switched-off": httpx.post(f"{api}/v1/search", json={"query": "anything"}),
+        "malformed": httpx.post(f"{api}/v1/fetch", content=b"{", headers={"Content-Type": "application/json"}),
+        "run-token": mint(api, {"principal": "default", "run": "run-9"}),
+    }
+    others = [httpx.get(f"{api}/v1/tools"), httpx.get(f"{api}/v1/nothing-here"), httpx.get(f"{api}/openapi.json")]
+    assert [response.status_code for response in calls.values()] == [200, 403, 403, 400, 200]
+    assert all(response.headers.get("X-Egress-Id") for response in others)
+    by_conn = {line["conn"]: line for line in _lines(audit_path) if line["event"] == "decision"}
+    lines = {name: by_conn[response.headers["X-Egress-Id"]] for name, response in calls.items()}
+    assert {name: (line["kind"], line["decision"], line.get("rule")) for name, line in lines.items()} == {
+        "fetch-allowed": ("fetch", "allow", "allow_domains[0]"),
+        "fetch-denied": ("fetch", "deny", "default_deny"),
+        "search-switched-off": ("search", "deny", "tools.search"),
+        "malformed": ("fetch", "none", None),
+        "run-token": ("run_token", "allow", "orchestrators"),
+    }
+    assert lines["fetch-allowed"]["rule_pattern"] == "docs.example.org"
+    assert lines["fetch-allowed"]["address"] == origin.ip
+    assert lines["run-token"]["client_ip"] == "127.0.0.1"
+
+
 def test_a_lost_audit_destination_refuses_egress_until_it_can_be_written_again(
     gateway_factory: GatewayFactory, origins: OriginFactory, tmp_path: Path
 ) -> None:
@@ -124,8 +164,9 @@ def test_audit_failure_allow_keeps_traffic_flowing(
     assert gateway.readyz()[0] == 200
 
 
-def test_sigusr1_reopens_the_audit_file_after_logrotate_moved_it(
-    gateway_factory: GatewayFactory, origins: OriginFactory, tmp_path: Path
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGHUP], ids=["sigusr1", "sighup"])
+def test_a_signal_reopens_the_audit_file_after_logrotate_moved_it(
+    gateway_factory: GatewayFactory, origins: OriginFactory, tmp_path: Path, signum: signal.Signals
 ) -> None:
     origin = origins.start(_app(), names=["docs.example.org"], tls=False)
     audit_path = tmp_path / "audit.log"
@@ -134,7 +175,7 @@ def test_sigusr1_reopens_the_audit_file_after_logrotate_moved_it(
     rotated = tmp_path / "audit.log.1"
     audit_path.rename(rotated)
     GatewayProcess.audit_files.append(rotated)
-    gateway.signal(signal.SIGUSR1)
+    gateway.signal(signum)
     deadline = time.monotonic() + WAIT_S
     while not audit_path.exists() and time.monotonic() < deadline:
         time.sleep(0.02)

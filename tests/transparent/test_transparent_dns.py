@@ -22,6 +22,10 @@ def test_an_allowed_name_resolves_through_the_listener(pod: Topology) -> None:
     assert line["principal"] == "research"
     assert line["qtype"] == "A"
     assert line["answers"] == 1
+    assert (line["rule"], line["rule_pattern"]) == ("allow_domains[0]", "docs.example.org")
+    assert line["conn"]
+    assert isinstance(line["client_ip"], str)
+    assert isinstance(line["client_port"], int)
 
 
 def test_a_denied_name_is_answered_nxdomain_and_never_sent_upstream(pod: Topology) -> None:
@@ -40,6 +44,7 @@ def test_a_name_answering_a_private_address_gets_no_answer(pod: Topology) -> Non
     assert reply["answers"] == []
     line = _dns_lines(pod, "private.example.org")[-1]
     assert line["code"] == "blocked_destination"
+    assert line["rule"] == "builtin_ranges"
 
 
 def test_other_query_types_are_refused_by_default_without_forwarding(pod: Topology) -> None:

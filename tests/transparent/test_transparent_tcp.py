@@ -69,6 +69,14 @@ def test_curl_https_without_proxy_settings_is_forced_through_the_gateway(pod: To
     assert allowed, lines
     assert allowed[-1]["principal"] == "research"
     assert allowed[-1]["original_dst"] == f"{ORIGIN_V4}:443"
+    assert (allowed[-1]["rule"], allowed[-1]["rule_pattern"]) == ("allow_domains[0]", "docs.example.org")
+    # The decision and close lines of one connection share its id and name the client.
+    conn = allowed[-1]["conn"]
+    lines = pod.wait_audit(lambda line: line.get("conn") == conn and line.get("event") == "close")
+    (close,) = [line for line in _transparent(lines, "close") if line.get("conn") == conn]
+    assert close["client_ip"] == allowed[-1]["client_ip"]
+    assert isinstance(close["client_port"], int)
+    assert close["address"] == ORIGIN_V4
 
 
 def test_curl_http_without_proxy_settings_is_forwarded_per_request(pod: Topology) -> None:
@@ -80,6 +88,7 @@ def test_curl_http_without_proxy_settings_is_forwarded_per_request(pod: Topology
     assert allowed
     assert allowed[-1]["principal"] == "research"
     assert allowed[-1]["host"] == "docs.example.org"
+    assert allowed[-1]["rule"] == "allow_domains[0]"
 
 
 def test_each_request_on_a_kept_alive_connection_is_decided_on_its_own_host(pod: Topology) -> None:
@@ -121,6 +130,7 @@ def test_denied_name_is_refused_for_that_uid(pod: Topology) -> None:
     assert denied
     assert denied[-1]["principal"] == "research"
     assert denied[-1]["code"] == "policy_denied"
+    assert denied[-1]["rule"] == "default_deny"
 
 
 def test_two_uids_get_their_own_principals(pod: Topology) -> None:

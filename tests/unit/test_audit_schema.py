@@ -23,11 +23,20 @@ async def test_every_line_kind_is_valid_against_the_schema(tmp_path: Path) -> No
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path), aggregate_s=0.05)
     common: dict[str, Any] = {"kind": "connect", "principal": "agent", "host": "example.org", "port": 443}
-    audit.decision(**common, addresses=["93.184.216.34"], decision="allow", code=None, generation=1, conn="a-1")
+    audit.decision(
+        **common,
+        rule="allow_domains[0]",
+        rule_pattern="*.org",
+        addresses=["93.184.216.34"],
+        decision="allow",
+        code=None,
+        generation=1,
+        conn="a",
+    )
     audit.decision(**common, decision="deny", code="policy_denied", reason="not allowed", generation=1)
     audit.decision(**common, decision="deny", code="policy_denied", reason="not allowed", generation=1)
     audit.decision(**common, decision="would_deny", code="policy_denied", generation=1, stage="sni")
-    audit.connection_closed(**common, bytes_up=1, bytes_down=2, duration_s=0.5, reason="client_closed", conn="a-1")
+    audit.connection_closed(**common, bytes_up=1, bytes_down=2, duration_s=0.5, reason="client_closed", conn="a")
     await asyncio.sleep(0.2)  # the aggregation window ends: one `repeated` line
     audit.close()
     lines = _lines(path)
@@ -62,6 +71,17 @@ async def test_every_line_kind_is_valid_against_the_schema(tmp_path: Path) -> No
             },
             "code",
             id="deny-without-code",
+        ),
+        pytest.param(
+            {
+                "time": "2026-12-01T11:00:00.000000Z",
+                "schema": 1,
+                "event": "decision",
+                "kind": "http",
+                "decision": "allow",
+            },
+            "rule",
+            id="verdict-without-its-rule",
         ),
     ],
 )
@@ -103,13 +123,18 @@ def test_only_the_policys_codes_are_denials(code: str, verdict: str) -> None:
 def test_a_failure_after_an_allow_is_logged_as_allow_with_its_outcome(tmp_path: Path) -> None:
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path))
-    audit.decision(kind="fetch", principal="p", host="h.example", port=443, decision="deny", code="upstream_status")
-    audit.decision(kind="fetch", principal="p", host="h.example", port=443, decision="deny", code="timeout")
+    common: dict[str, Any] = {"kind": "fetch", "principal": "p", "host": "h.example", "port": 443}
+    audit.decision(**common, decision="deny", code="upstream_status", rule="allow_domains[0]")
+    audit.decision(**common, decision="deny", code="timeout", rule="allow_domains[0]")
+    # No rule had allowed it: the policy never judged it (a head too large to parse).
+    audit.decision(kind="http", principal=None, host=None, port=None, decision="deny", code="too_large")
     audit.close()
     assert [(line["decision"], line["outcome"], line["code"]) for line in _lines(path)] == [
         ("allow", "upstream_error", "upstream_status"),
         ("allow", "timeout", "timeout"),
+        ("none", "too_large", "too_large"),
     ]
+    assert file_errors(path) == []
 
 
 @pytest.mark.parametrize(
@@ -134,3 +159,21 @@ def test_http_paths_never_carry_the_query(target: bytes, path: str) -> None:
 
 def test_http_paths_can_be_dropped_by_setting() -> None:
     assert AuditLog("off", http_paths=False).http_path(b"/private/report") is None
+
+
+def test_a_refusal_without_a_named_rule_names_the_check_of_its_code(tmp_path: Path) -> None:
+    path = tmp_path / "audit.log"
+    audit = AuditLog(str(path), aggregate_s=0)
+    audit.decision(kind="http", principal=None, host=None, port=None, decision="deny", code="auth_required")
+    audit.decision(kind="http", principal="p", host="h.example", port=80, decision="deny", code="policy_denied")
+    audit.decision(
+        kind="http", principal="p", host="h.example", port=80, decision="deny", code="dns_failure",
+        rule="allow_domains[3]", rule_pattern="*.example",
+    )  # fmt: skip
+    audit.close()
+    assert [(line["decision"], line["rule"]) for line in _lines(path)] == [
+        ("deny", "credentials"),
+        ("deny", "default_deny"),
+        ("allow", "allow_domains[3]"),
+    ]
+    assert file_errors(path) == []

@@ -122,3 +122,31 @@ def test_named_chrome_pruning_never_takes_more_than_half_of_the_article() -> Non
     markdown = render(page(f"<main><div class='list'>{cards}</div></main>"))
     kept = sum(f"Entry {n} ends here" in markdown for n in range(8))
     assert kept >= 4
+
+
+def test_image_alt_text_is_written_only_where_it_is_a_label_or_a_formula() -> None:
+    images = (
+        "<p><a href='/big.jpg'><img src='/s.jpg' alt='Thumbnail of the harbour'></a></p>"
+        "<figure><img src='/f.jpg' alt='Ferries'><figcaption>The ferries at dawn</figcaption></figure>"
+        "<p><img src='/l.jpg' alt='A long description of a picture of the old harbour wall at dawn'></p>"
+        "<p><img src='/c.png' alt='Step 3'></p>"
+        "<p><img src='/m.png' alt='{\\displaystyle x^{2}}'></p>"
+    )
+    markdown = render(page(f"<article>{BODY}{images}{BODY}</article>"))
+    assert "Thumbnail" not in markdown
+    assert "Ferries" not in markdown
+    assert "long description" not in markdown
+    assert "Step 3" in markdown
+    assert "x^{2}" in markdown
+
+
+def test_a_first_heading_repeating_the_title_without_the_site_name_is_not_written_twice() -> None:
+    html = (
+        "<html><head><title>Budget approved after a long night | The Daily Example</title></head><body>"
+        f"<article><h1>Budget approved after a long night</h1>{BODY}<h2>News</h2><p>{FILLER}</p></article>"
+        "</body></html>"
+    )
+    markdown = render(html)
+    assert markdown.count("Budget approved after a long night") == 1
+    assert markdown.startswith("# Budget approved after a long night | The Daily Example\n")
+    assert "## News" in markdown

@@ -213,3 +213,18 @@ def test_a_response_the_proxy_cannot_relay_as_framed_is_an_error_never_a_parser_
     assert error.code == code
     assert "RRRR" not in error.message
     assert "tttt" not in error.message
+
+
+def test_the_final_head_names_the_gateways_id_and_never_the_origins() -> None:
+    framing = ResponseFraming(
+        head_only=False, client_http10=False, close_client=False, id_field=b"X-Egress-Id: c-1\r\n"
+    )
+    framing.feed(
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\nX-Egress-Id: forged\r\nContent-Length: 2\r\n\r\nno"
+    )
+    interim, final = framing.take_output().split(b"\r\n\r\n", 1)
+    assert b"X-Egress-Id" not in interim
+    assert final.count(b"X-Egress-Id") == 1
+    assert b"X-Egress-Id: c-1\r\n" in final
+    assert b"forged" not in final
+    assert framing.status == 404

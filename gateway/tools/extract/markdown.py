@@ -67,6 +67,12 @@ SKIPPED_TAGS = frozenset(
 # MathML's token elements: identifiers, numbers, operators, text, spaces and string literals.
 MATH_TOKENS = "mi, mn, mo, mtext, ms"
 REFERENCE_USE = re.compile(r"\]\[(\d+)\]")
+# A heading this long found inside the title repeats it (shorter ones are words like "News").
+TITLE_MATCH_MIN_CHARS = 20
+# Alt text up to this long is a label ("Logo", "Step 3"); longer, a description of the picture.
+ALT_LABEL_CHARS = 40
+ALT_CONTEXT_LEVELS = 6
+ALT_FORMULA = re.compile(r"\\[a-z]+|[{}^_=]")
 CODE_LANGUAGE = re.compile(r"(?:^|\s)(?:language|lang)-([\w+#.-]+)", re.I)
 # An in-page link that is a citation mark ([12], [a], [note 3]): its words stay, not the link.
 CITATION_MARK = re.compile(r"^\[?(?:\d{1,4}|[a-z]{1,2}|\w+ \d{1,4})\]?$", re.I)
@@ -176,7 +182,7 @@ class _Renderer:
             return SKIP_CHILDREN
         if tag == "img":
             alt = " ".join((node.attributes.get("alt") or "").split())
-            if alt:
+            if alt and _alt_is_text(node, alt):
                 writer.text(f" {alt} ")
             return SKIP_CHILDREN
         if tag == "code" or tag in ("kbd", "samp", "tt"):
@@ -216,7 +222,7 @@ class _Renderer:
         writer = self.writer
         self.in_heading -= 1
         text = writer.inline_text()
-        if text and self.pending_title and text == self.pending_title:
+        if text and self.pending_title and _repeats_title(text, self.pending_title):
             self.pending_title = ""
             return
         if text:
@@ -364,6 +370,35 @@ class _Renderer:
     def _close_container(self) -> None:
         self.writer.flush_paragraph()
         self.writer.containers.pop()
+
+
+def _repeats_title(heading: str, title: str) -> bool:
+    """Whether a heading says what the title line says: the same words, or the title less the
+    site's name ("Budget approved | The Daily" for "Budget approved")."""
+    if heading == title:
+        return True
+    return len(heading) >= TITLE_MATCH_MIN_CHARS and heading.casefold() in title.casefold()
+
+
+def _alt_is_text(image: LexborNode, alt: str) -> bool:
+    """Whether an image's alt text reads as part of the text: a short label or a formula.
+
+    A linked image (a gallery thumbnail, a teaser card) or a figure (its caption speaks for it)
+    adds a description of the picture, not words of the page; so does a long alt text. A
+    formula drawn as an image (MediaWiki's `{\\displaystyle ...}`) is the text of a maths page.
+    """
+    if ALT_FORMULA.search(alt):
+        return True
+    if len(alt) > ALT_LABEL_CHARS:
+        return False
+    parent = image.parent
+    for _ in range(ALT_CONTEXT_LEVELS):
+        if parent is None:
+            return True
+        if parent.tag in ("a", "figure"):
+            return False
+        parent = parent.parent
+    return True
 
 
 def _inside_annotation(leaf: LexborNode, math: LexborNode) -> bool:
