@@ -27,7 +27,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -155,6 +155,19 @@ def outcome_for_close(reason: str) -> str:
     if outcome is not None:
         return outcome
     return outcome_for_code(reason) if reason in _OUTCOME_BY_CODE or reason in POLICY_CODES else "error"
+
+
+class DecidedTarget(Protocol):
+    """What a close line repeats of its decision (the egress core's `PinnedTarget`)."""
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def rule(self) -> str | None: ...
+
+    @property
+    def rule_pattern(self) -> str | None: ...
 
 
 class _Clock:
@@ -444,9 +457,11 @@ class AuditLog:
         bytes_down: int,
         duration_s: float,
         reason: str,
+        target: DecidedTarget | None = None,
         **extra: Any,
     ) -> None:
-        """The close line of a tunnel or a forwarded request: the proxy writes one per connection."""
+        """The close line of a tunnel or a forwarded request: the proxy writes one per connection.
+        With `target`, it repeats the generation and rule it was allowed under."""
         outcome = outcome_for_close(reason)
         metrics.OUTCOMES.labels(kind=kind, outcome=outcome).inc()
         if self._sink is None:
@@ -464,12 +479,28 @@ class AuditLog:
             "close_reason": reason,
             "outcome": outcome,
         }
+        if target is not None:
+            record["generation"] = target.generation
+            if target.rule is not None:
+                record["rule"] = target.rule
+                if target.rule_pattern is not None:
+                    record["rule_pattern"] = target.rule_pattern
         for key, value in extra.items():
             if value is not None:
                 record[key] = value
         self.write_record(record)
 
-    def never_opened(self, *, kind: str, principal: str, host: str, port: int, reason: str, **extra: Any) -> None:
+    def never_opened(
+        self,
+        *,
+        kind: str,
+        principal: str,
+        host: str,
+        port: int,
+        reason: str,
+        target: DecidedTarget | None = None,
+        **extra: Any,
+    ) -> None:
         """The close line of an allowed connection that never carried a byte (the dial failed, or
         the client left while it ran), so the allow line is never left without its outcome."""
         self.connection_closed(
@@ -481,6 +512,7 @@ class AuditLog:
             bytes_down=0,
             duration_s=0.0,
             reason=reason,
+            target=target,
             **extra,
         )
 

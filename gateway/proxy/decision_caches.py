@@ -160,6 +160,7 @@ class ProxyDecisions:
                 bytes_down=exchange.bytes_down,
                 duration_s=time.perf_counter() - exchange.started,
                 reason=reason,
+                target=target,
                 method=self.method_name(exchange.method),
                 path=exchange.audit_path,
                 status=exchange.status or None,

@@ -406,6 +406,7 @@ class Tunnel:
             bytes_down=self.bytes_down,
             duration_s=duration,
             reason=reason,
+            target=self.target,
             address=self.address,
             **self.audit_fields,
         )

@@ -182,6 +182,7 @@ class TunnelOpener:
                     host=target.name,
                     port=target.port,
                     reason=str(error.code),
+                    target=target,
                     **request.client,
                 )
             raise
@@ -204,6 +205,7 @@ class TunnelOpener:
             host=target.name,
             port=target.port,
             reason=reason,
+            target=target,
             **request.client,
         )
 

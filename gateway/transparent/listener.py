@@ -468,6 +468,7 @@ class TransparentConnection(asyncio.Protocol):
                 host=target.name,
                 port=target.port,
                 reason=str(error.code),
+                target=target,
                 **self.audit_fields,
             )
             self._close()
@@ -485,6 +486,7 @@ class TransparentConnection(asyncio.Protocol):
                 host=target.name,
                 port=target.port,
                 reason="client_closed",
+                target=target,
                 **self.audit_fields,
             )
             return

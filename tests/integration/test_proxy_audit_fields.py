@@ -84,6 +84,7 @@ def test_a_forwarded_response_carries_the_id_and_its_close_line_the_status_bytes
         assert close["kind"] == "http"
         assert (close["close_reason"], close["outcome"]) == ("done", "ok")
         assert close["address"] == origin.ip
+        assert (close["rule"], close["generation"]) == ("allow_domains[0]", decisions[0]["generation"])
         assert close["bytes_down"] > 0
         assert close["bytes_up"] == 0
         assert close["duration_s"] >= 0
@@ -170,6 +171,7 @@ def test_connect_answers_with_the_conn_that_its_decision_and_close_lines_share(
     assert {line["event"] for line in mine} == {"decision", "close"}
     close = next(line for line in mine if line["event"] == "close")
     assert close["address"] == origin.ip
+    assert (close["rule"], close["rule_pattern"], close["generation"]) == ("allow_domains[0]", "*", 1)
     assert all(line["client_ip"] == "127.0.0.1" for line in mine)
 
 

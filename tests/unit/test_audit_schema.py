@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,13 @@ import pytest
 
 from gateway.observe.audit import AuditLog, new_connection_id, outcome_for_close, utc_timestamp, verdict_for
 from tests.harness.audit_schema import file_errors, line_errors
+
+
+@dataclass(frozen=True)
+class _Decided:
+    generation: int
+    rule: str | None
+    rule_pattern: str | None
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -36,11 +44,16 @@ async def test_every_line_kind_is_valid_against_the_schema(tmp_path: Path) -> No
     audit.decision(**common, decision="deny", code="policy_denied", reason="not allowed", generation=1)
     audit.decision(**common, decision="deny", code="policy_denied", reason="not allowed", generation=1)
     audit.decision(**common, decision="would_deny", code="policy_denied", generation=1, stage="sni")
-    audit.connection_closed(**common, bytes_up=1, bytes_down=2, duration_s=0.5, reason="client_closed", conn="a")
+    decided = _Decided(generation=1, rule="allow_domains[0]", rule_pattern="*.org")
+    audit.connection_closed(
+        **common, bytes_up=1, bytes_down=2, duration_s=0.5, reason="client_closed", target=decided, conn="a"
+    )
     await asyncio.sleep(0.2)  # the aggregation window ends: one `repeated` line
     audit.close()
     lines = _lines(path)
     assert {line["event"] for line in lines} == {"decision", "close", "repeated"}
+    (close,) = [line for line in lines if line["event"] == "close"]
+    assert (close["generation"], close["rule"], close["rule_pattern"]) == (1, "allow_domains[0]", "*.org")
     assert file_errors(path) == []
 
 
