@@ -6,7 +6,8 @@ daemon and every descendant (extraction worker included): idle after start, and 
 mixed load of proxy tunnels, plain HTTP requests through the proxy, 100 web_fetch calls of real
 fixture pages (the largest included) and 20 searches against a harness engine. squid and
 tinyproxy (Debian packages) are measured in the same run, idle and after the proxy part of the
-load. Start-up to ready is timed from the fork to the first 200 of /readyz.
+load. Start-up to ready is timed from the fork to the first 200 of /readyz (the harness's 50 ms
+polls; bench/startup.py times it precisely, beside a reference).
 
     .venv/bin/python bench/footprint.py --pages ../shared/fixtures/pages
 """

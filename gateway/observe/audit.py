@@ -142,6 +142,8 @@ class AuditLog:
         self._aggregate_s = aggregate_s
         self._repeats: dict[tuple[Any, ...], list[Any]] = {}
         self._aggregate_timer: asyncio.TimerHandle | None = None
+        # Close lines count their outcome once per tunnel: labels() sorts and locks on every call.
+        self._close_outcomes: dict[tuple[str, str], Any] = {}
         metrics.AUDIT_WRITABLE.set(1)
 
     # state ------------------------------------------------------------------------------------
@@ -356,7 +358,10 @@ class AuditLog:
         """The close line of a tunnel or a forwarded request: the proxy writes one per connection.
         With `target`, it repeats the generation and rule it was allowed under."""
         outcome = outcome_for_close(reason)
-        metrics.OUTCOMES.labels(kind=kind, outcome=outcome).inc()
+        counter = self._close_outcomes.get((kind, outcome))
+        if counter is None:
+            counter = self._close_outcomes[(kind, outcome)] = metrics.OUTCOMES.labels(kind, outcome)
+        counter.inc()
         if self._sink is None:
             return
         record = {
