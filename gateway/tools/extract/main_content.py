@@ -90,9 +90,8 @@ def remove_hidden_and_junk(tree: LexborHTMLParser) -> None:
         attrs = node.attributes
         style = attrs.get("style") or ""
         aria_hidden = (attrs.get("aria-hidden") or "").strip().lower() == "true"
-        if "hidden" in attrs or aria_hidden or HIDDEN_STYLE.search(style):
-            node.decompose()
-        elif (attrs.get("role") or "").strip().lower() in CHROME_ROLES:
+        chrome_role = (attrs.get("role") or "").strip().lower() in CHROME_ROLES
+        if "hidden" in attrs or aria_hidden or chrome_role or HIDDEN_STYLE.search(style):
             node.decompose()
     for form in reversed(tree.css("form")):
         # ASP.NET pages wrap the whole body in one <form>: only small forms are chrome.
