@@ -18,9 +18,11 @@ from typing import Any
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
+from gateway.memo import BoundedMemo
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog, verdict_of_failure
+from gateway.observe.audit import AuditLog
 from gateway.observe.loop_metrics import CounterChild
+from gateway.observe.verdicts import verdict_of_failure
 from gateway.policy.decide import authenticate
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.exchange import ForwardExchange
@@ -62,10 +64,10 @@ class ProxyDecisions:
 
     def __init__(self, audit: AuditLog) -> None:
         self.audit = audit
-        self._credentials: dict[tuple[int, bytes | None], Principal] = {}
-        self._hosts: dict[bytes | str, VettedHost] = {}
-        self._targets: dict[bytes, ForwardTarget] = {}
-        self._authorities: dict[bytes, Authority] = {}
+        self._credentials: BoundedMemo[tuple[int, bytes | None], Principal] = BoundedMemo(MAX_CACHED_CREDENTIALS)
+        self._hosts: BoundedMemo[bytes | str, VettedHost] = BoundedMemo(MAX_CACHED_HOSTS)
+        self._targets: BoundedMemo[bytes, ForwardTarget] = BoundedMemo(MAX_CACHED_TARGETS)
+        self._authorities: BoundedMemo[bytes, Authority] = BoundedMemo(MAX_CACHED_TARGETS)
         self._decision_counters: dict[tuple[str, str, str], CounterChild] = {}
         self._method_names: dict[bytes, str] = {}
 
@@ -76,10 +78,7 @@ class ProxyDecisions:
         principal = self._credentials.get(key)
         if principal is None:
             credential = parse_proxy_authorization(authorization)
-            principal = authenticate(loaded.policy, credential.user, credential.token)
-            if len(self._credentials) >= MAX_CACHED_CREDENTIALS:
-                self._credentials.clear()
-            self._credentials[key] = principal
+            principal = self._credentials.put(key, authenticate(loaded.policy, credential.user, credential.token))
         return principal
 
     @staticmethod
@@ -103,10 +102,7 @@ class ProxyDecisions:
                     raise GatewayError(ErrorCode.UNSAFE_URL, "the host is not ASCII") from None
             else:
                 text = raw
-            host = vet_host(text, keep_internal=True)
-            if len(self._hosts) >= MAX_CACHED_HOSTS:
-                self._hosts.clear()
-            self._hosts[raw] = host
+            host = self._hosts.put(raw, vet_host(text, keep_internal=True))
         return host
 
     def forward_target(self, url: bytes) -> ForwardTarget:
@@ -120,9 +116,7 @@ class ProxyDecisions:
             host = self.vetted_host(split.raw_host)
             target = ForwardTarget(host, split.port, split.origin_form, host_authority(host, split.port))
             if len(url) <= MAX_CACHED_URL_BYTES:
-                if len(self._targets) >= MAX_CACHED_TARGETS:
-                    self._targets.clear()
-                self._targets[url] = target
+                self._targets.put(url, target)
         return target
 
     def connect_authority(self, raw: bytes) -> Authority:
@@ -132,9 +126,7 @@ class ProxyDecisions:
         if authority is None:
             authority = parse_connect_authority(raw, self.vetted_host)
             if len(raw) <= MAX_CACHED_URL_BYTES:
-                if len(self._authorities) >= MAX_CACHED_TARGETS:
-                    self._authorities.clear()
-                self._authorities[raw] = authority
+                self._authorities.put(raw, authority)
         return authority
 
     def method_name(self, method: bytes) -> str:

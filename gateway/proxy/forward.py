@@ -5,7 +5,8 @@ one write, feeding the response bytes to its `ResponseFraming` (the sans-I/O re-
 smuggling defences) and writing what it owes the client in one write per read, the response byte
 cap, backpressure both ways, the response deadlines (`proxy.idle_timeout_s` of silence,
 `proxy.response_head_timeout_s` for the head, `proxy.response_timeout_s` in total: 504 before the
-head, a cut stream after it) on the shared `LazyDeadline`, parking in the pool, and one retry on a
+head, a cut stream after it) as its `connection_deadlines.ResponseDeadlines` decides, on one entry
+in the listener's deadline wheel, parking in the pool, and one retry on a
 fresh connection when a pooled one turns out closed before answering an idempotent request.
 
 Never resolves a name, never dials (the dispatcher hands it a connection to a `PinnedTarget`),
@@ -21,6 +22,7 @@ from typing import cast
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.model import Principal
+from gateway.proxy.connection_deadlines import ResponseDeadlines
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.exchange import (
     WRITE_HIGH_WATER_BYTES,
@@ -42,17 +44,16 @@ class UpstreamConnection(asyncio.Protocol):
         self.exchange: ForwardExchange | None = None
         self.framing: ResponseFraming | None = None
         self._reusable = True
-        # One lazily armed timer for all three response deadlines: it may fire early and re-arm
-        # for the time left, so a busy keep-alive connection does not arm a timer per request.
-        self._deadline = LazyDeadline(self._response_deadline)
+        # One wheel entry for all three response deadlines: it may come due early and is filed
+        # again for the time left, so a busy keep-alive connection arms no timer per request.
+        self._deadlines = ResponseDeadlines()
+        self._deadline = LazyDeadline(self._response_deadline, pool.wheel)
         self.parked_at = 0.0
         self._reading_paused = False
         self._responses = 0
         self._reused = False
         self._answered = False
         self.last_activity = 0.0
-        self._head_due = 0.0
-        self._total_due = 0.0
         # The last exchange's decision, kept while parked: a reload may revoke it (live permission).
         self.principal_rule: Principal | None = None
         self.target: PinnedTarget | None = None
@@ -165,24 +166,12 @@ class UpstreamConnection(asyncio.Protocol):
         exchange = self.exchange
         if exchange is None:
             return  # parked or closed: the next start() sets a fresh deadline
-        idle_s = exchange.response_idle_s
-        now = time.monotonic()
-        remaining = self.last_activity + idle_s - now
-        if self._reading_paused:
-            # We stopped reading because the client is slow; silence is not the upstream's fault.
-            remaining = idle_s
-        # Total deadlines too: an origin dripping a byte every few seconds is never silent.
-        due = self._total_due if self.head_sent else min(self._head_due, self._total_due)
-        remaining = min(remaining, due - now)
-        if remaining > 0:
-            self._deadline.set(remaining)
+        deadlines = self._deadlines
+        deadlines.last_activity = self.last_activity
+        at, message = deadlines.expired(time.monotonic(), head_sent=self.head_sent, reading_paused=self._reading_paused)
+        if message is None:
+            self._deadline.set_at(at)
             return
-        if now >= self._total_due:
-            message = f"the response did not complete within proxy.response_timeout_s ({exchange.response_total_s:g} s)"
-        elif not self.head_sent and now >= self._head_due:
-            message = f"no response head within proxy.response_head_timeout_s ({exchange.response_head_s:g} s)"
-        else:
-            message = f"the upstream sent nothing for {idle_s:g} s"
         self._reusable = False
         self.exchange = None
         if self.transport is not None:
@@ -213,9 +202,9 @@ class UpstreamConnection(asyncio.Protocol):
         self._answered = False
         exchange.request_head = head
         now = self.last_activity = time.monotonic()
-        self._head_due = now + exchange.response_head_s
-        self._total_due = now + exchange.response_total_s
-        self._deadline.set(min(exchange.response_idle_s, exchange.response_head_s, exchange.response_total_s))
+        self._deadline.set_at(
+            self._deadlines.start(now, exchange.response_idle_s, exchange.response_head_s, exchange.response_total_s)
+        )
         assert self.transport is not None
         if exchange.pending:
             self.transport.write(head + b"".join(exchange.pending))

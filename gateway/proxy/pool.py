@@ -11,12 +11,13 @@ Never dials and never decides: it hands back what a `PinnedTarget` already allow
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gateway.egress.target import PinnedTarget
+from gateway.memo import BoundedMemo
+from gateway.proxy.deadline import DeadlineWheel, LazyDeadline
 
 if TYPE_CHECKING:
     from gateway.proxy.forward import UpstreamConnection
@@ -37,21 +38,24 @@ POOL_SWEEP_S = 5.0
 class UpstreamPool:
     """Idle keep-alive connections by (principal, vetted address, host, port): reuse only what was vetted."""
 
-    def __init__(self) -> None:
+    def __init__(self, wheel: DeadlineWheel) -> None:
+        # The listener's deadline wheel: the pool's sweep and every pooled connection's deadlines.
+        self.wheel = wheel
         self._idle: dict[PoolKey, list[UpstreamConnection]] = {}
         self._count = 0
-        self._keys: dict[tuple[str, tuple[object, ...], str, int], tuple[PoolKey, ...]] = {}
-        self._sweeper: asyncio.TimerHandle | None = None
+        self._keys: BoundedMemo[tuple[str, tuple[object, ...], str, int], tuple[PoolKey, ...]] = BoundedMemo(
+            MAX_CACHED_POOL_KEYS
+        )
+        self._sweeper = LazyDeadline(self._sweep, wheel)
 
     def _keys_for(self, principal: str, target: PinnedTarget) -> tuple[PoolKey, ...]:
         # Formatting an IP address is slow in pure Python; a target's keys are formatted once.
         lookup = (principal, target.addresses, target.name, target.port)
         keys = self._keys.get(lookup)
         if keys is None:
-            keys = tuple((principal, text, target.name, target.port) for text in target.address_texts)
-            if len(self._keys) >= MAX_CACHED_POOL_KEYS:
-                self._keys.clear()
-            self._keys[lookup] = keys
+            keys = self._keys.put(
+                lookup, tuple((principal, text, target.name, target.port) for text in target.address_texts)
+            )
         return keys
 
     def acquire(self, principal: str, target: PinnedTarget) -> UpstreamConnection | None:
@@ -73,18 +77,17 @@ class UpstreamPool:
         idle.append(conn)
         self._count += 1
         conn.parked_at = time.monotonic()
-        if self._sweeper is None:
-            self._sweeper = asyncio.get_running_loop().call_later(POOL_SWEEP_S, self._sweep)
+        if self._sweeper.due is None:
+            self._sweeper.set(POOL_SWEEP_S)
 
     def _sweep(self) -> None:
         """Close connections idle for longer than POOL_IDLE_TIMEOUT_S (the oldest lead each list)."""
-        self._sweeper = None
         cutoff = time.monotonic() - POOL_IDLE_TIMEOUT_S
         expired = [conn for idle in self._idle.values() for conn in idle if conn.parked_at <= cutoff]
         for conn in expired:
             conn.close()
         if self._count:
-            self._sweeper = asyncio.get_running_loop().call_later(POOL_SWEEP_S, self._sweep)
+            self._sweeper.set(POOL_SWEEP_S)
 
     def forget(self, conn: UpstreamConnection) -> None:
         idle = self._idle.get(conn.key)
@@ -100,9 +103,7 @@ class UpstreamPool:
             conn.close()
 
     def close(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
+        self._sweeper.cancel()
         for idle in list(self._idle.values()):
             for conn in list(idle):
                 conn.close()

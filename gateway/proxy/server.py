@@ -2,8 +2,10 @@
 
 Owns the client side of every proxy connection as an asyncio Protocol that feeds client bytes to
 its `request_framing.RequestFraming` (the sans-I/O request half: parsing, caps, pipelining,
-keep-alive intent) and carries out the events: the head deadline (slowloris) and keep-alive idle
-time, pipelined requests answered in order, denials with X-Egress-Code, live permission after a
+keep-alive intent) and its `connection_deadlines.ClientDeadlines` (the head deadline against
+slowloris, the keep-alive idle time) and carries out what they say: its one entry in the
+listener's `deadline.DeadlineWheel` moved, the connection aborted or closed, pipelined requests
+answered in order, denials with X-Egress-Code, live permission after a
 policy reload, and drain on shutdown. Each absolute-URI request goes to
 `dispatch.ForwardDispatcher` (decided without a task when cached state suffices), each CONNECT to
 `tunnel_opener.TunnelOpener`; `forward.py` owns the upstream side of an exchange and `tunnel.py`
@@ -19,16 +21,17 @@ import asyncio
 import functools
 import time
 from collections import deque
-from typing import Any, cast
+from typing import Any
 
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog, client_fields, new_connection_id
-from gateway.proxy.deadline import LazyDeadline
+from gateway.proxy.connection_deadlines import ClientDeadline, ClientDeadlines, ClientExpiry
+from gateway.proxy.deadline import DeadlineWheel, LazyDeadline
 from gateway.proxy.decision_caches import ProxyDecisions
 from gateway.proxy.dispatch import ForwardDispatcher
-from gateway.proxy.exchange import ForwardExchange, ParsedRequest, PauseReason
+from gateway.proxy.exchange import NOT_PAUSED, ForwardExchange, ParsedRequest, PauseReason
 from gateway.proxy.forward import UpstreamConnection
 from gateway.proxy.heads import error_response
 from gateway.proxy.live_permission import REVOKED_REASON, revocation
@@ -49,9 +52,11 @@ class ProxyServer:
     def __init__(self, core: EgressCore, audit: AuditLog) -> None:
         self.core = core
         self.audit = audit
+        # One timer for the deadlines of every connection, tunnel and upstream of this listener.
+        self.wheel = DeadlineWheel()
         self.decisions = ProxyDecisions(audit)
-        self.pool = UpstreamPool()
-        self.tunnels = TunnelOpener(core, self.decisions, audit, self.activity_ended)
+        self.pool = UpstreamPool(self.wheel)
+        self.tunnels = TunnelOpener(core, self.decisions, audit, self.activity_ended, self.wheel)
         self.dispatcher = ForwardDispatcher(core, self.decisions, self.pool)
         self.draining = False
         self.connections: set[ClientConnection] = set()
@@ -126,6 +131,7 @@ class ProxyServer:
         for conn in list(self.connections):
             conn.abort("shutdown")
         self.pool.close()
+        self.wheel.close()
 
 
 class ClientConnection(asyncio.Protocol):
@@ -135,11 +141,11 @@ class ClientConnection(asyncio.Protocol):
         "_closed",
         "_connecting",
         "_deadline",
+        "_deadlines",
         "_early",
         "_eof",
         "_exchange",
         "_framing",
-        "_idle_timer",
         "_pause_mask",
         "_queued",
         "_receiving",
@@ -162,10 +168,11 @@ class ClientConnection(asyncio.Protocol):
         self._connecting = False
         # Client bytes that arrive while a CONNECT is being dialed (a ClientHello sent eagerly).
         self._early = bytearray()
-        self._pause_mask = PauseReason(0)
-        # One deadline serves the head deadline and the keep-alive idle time (which one: _idle_timer).
-        self._deadline = LazyDeadline(self._timeout, server.loop)
-        self._idle_timer = False
+        self._pause_mask = NOT_PAUSED
+        # What the connection's deadline is (head or keep-alive idle), as data; `_deadline` is its
+        # entry in the wheel, which a tunnel on this connection takes over for its own limits.
+        self._deadlines = ClientDeadlines()
+        self._deadline = LazyDeadline(self._timeout, server.wheel)
         self._eof = False
         self._closed = False
 
@@ -179,12 +186,13 @@ class ClientConnection(asyncio.Protocol):
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        transport = cast(asyncio.Transport, transport)
-        self.transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it (no typing.cast:
+        # it is a Python call on every connection).
+        self.transport = transport  # type: ignore[assignment]
         self.audit_fields = {"conn": new_connection_id(), **client_fields(transport.get_extra_info("peername"))}
         self.server.connections.add(self)
-        self._set_deadline(self.server.core.loaded.policy.proxy.head_timeout_s, idle=False)
+        self._deadlines.accepted(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
+        self._deadline.set_at(self._deadlines.at)
 
     def data_received(self, data: bytes) -> None:
         if self._tunnel is not None:
@@ -199,9 +207,11 @@ class ClientConnection(asyncio.Protocol):
         framing = self._framing
         if framing is None or self._closed:
             return
-        if self._idle_timer:
+        deadlines = self._deadlines
+        if deadlines.reason is ClientDeadline.KEEP_ALIVE_IDLE:
             # The next head has started: it must complete within the head deadline (slowloris).
-            self._set_deadline(self.server.core.loaded.policy.proxy.head_timeout_s, idle=False)
+            deadlines.bytes_arrived(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
+            self._deadline.set_at(deadlines.at)
         for event in framing.feed(data):
             if isinstance(event, RequestBody):
                 if self._receiving is not None:
@@ -211,7 +221,9 @@ class ClientConnection(asyncio.Protocol):
             elif isinstance(event, RequestEnd):
                 self._request_end()
             elif isinstance(event, ConnectHead):
-                self._deadline.clear()  # the tunnel's own limits take over
+                # The tunnel's own limits take over. The wheel entry stays filed: when its slot
+                # comes, `_timeout` finds nothing due and moves it on.
+                self._deadlines.request_started()
                 self._begin_connect(event)
             else:
                 self._refuse(event.error)
@@ -255,7 +267,7 @@ class ClientConnection(asyncio.Protocol):
 
     # request events ---------------------------------------------------------------------------
     def _request_head(self, head: RequestHead) -> None:
-        self._deadline.clear()  # no deadline of ours while the request is served
+        self._deadlines.request_started()  # no deadline of ours while the request is served
         exchange = ForwardExchange(
             self,
             head.method,
@@ -358,7 +370,8 @@ class ClientConnection(asyncio.Protocol):
                 self.resume_client_reading(PauseReason.PIPELINE)
             self.server.dispatcher.start(item)
             return
-        self._set_deadline(self.server.core.loaded.policy.proxy.idle_timeout_s, idle=True)
+        self._deadlines.response_finished(time.monotonic(), self.server.core.loaded.policy.proxy.idle_timeout_s)
+        self._deadline.set_at(self._deadlines.at)
 
     def _begin_connect(self, head: ConnectHead) -> None:
         opener = self.server.tunnels
@@ -455,19 +468,20 @@ class ClientConnection(asyncio.Protocol):
         self._deadline.cancel()
         self.transport.close()
 
-    def _set_deadline(self, delay_s: float, *, idle: bool) -> None:
-        self._idle_timer = idle
-        self._deadline.set(delay_s)
-
     def _timeout(self) -> None:
         if self._tunnel is not None:
             self._tunnel.deadline_check()  # the tunnel's idle time or lifetime
             return
-        # Head deadline or keep-alive idle time passed: drop without a response (a slowloris
-        # client is not owed one, and an idle keep-alive close is normal HTTP/1.1).
-        if not self.busy and not self._closed:
-            self._closed = True
-            if self._idle_timer:
-                self.transport.close()
-            else:
-                self.transport.abort()
+        if self._closed:
+            return
+        expiry = self._deadlines.expired(time.monotonic(), busy=self.busy)
+        if expiry is None:
+            self._deadline.set_at(self._deadlines.at)  # not due yet, or nothing due while busy
+            return
+        # Dropped without a response: a slowloris client is not owed one, and an idle keep-alive
+        # close is normal HTTP/1.1.
+        self._closed = True
+        if expiry is ClientExpiry.CLOSE:
+            self.transport.close()
+        else:
+            self.transport.abort()

@@ -3,8 +3,10 @@
 Owns an established tunnel: the SNI gate on the client's handshake (`hello_gate.HelloGate`: the
 first ClientHello, and the second after a HelloRetryRequest, held, peeked, then forwarded
 unchanged), backpressure (a side whose write buffer passes the high-water mark pauses
-reading on the other side, so memory per tunnel stays bounded by the watermarks), the idle
-timeout, the maximum lifetime, guarded half-closes, byte counts, and the close audit line.
+reading on the other side, so memory per tunnel stays bounded by the watermarks), byte counts,
+the close audit line, and carrying out what its `connection_deadlines.TunnelLimits` decides: the
+idle timeout and maximum lifetime (on the client connection's entry in the deadline wheel) and
+the guarded half-closes.
 
 Never parses or alters the payload beyond the ClientHello peek; never dials anything (the
 listener hands it a connected upstream transport).
@@ -16,12 +18,13 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from gateway.egress.target import PinnedTarget
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.policy.model import Principal, ProxySettings, SniMode
+from gateway.proxy.connection_deadlines import TunnelEnd, TunnelLimits
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.hello_gate import HelloGate
 from gateway.proxy.sni import ClientHelloPeek, PeekStatus
@@ -34,9 +37,6 @@ WRITE_LOW_WATER_BYTES = 256 * 1024
 # uvloop's own read size for data_received.
 READ_BUFFER_BYTES = 256 * 1024
 TLS_PORTS = frozenset({443})
-EOF_FROM_CLIENT = 1
-EOF_FROM_UPSTREAM = 2
-EOF_BOTH = EOF_FROM_CLIENT | EOF_FROM_UPSTREAM
 
 _UP = metrics.TUNNEL_BYTES.labels("upstream")
 _DOWN = metrics.TUNNEL_BYTES.labels("downstream")
@@ -120,10 +120,10 @@ class UpstreamTunnelProtocol(asyncio.BufferedProtocol):
         self.early: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        transport = cast(asyncio.Transport, transport)
-        self.transport = transport
-        transport.set_write_buffer_limits(WRITE_HIGH_WATER_BYTES, WRITE_LOW_WATER_BYTES)
+        # uvloop's transports implement asyncio.Transport without subclassing it (no typing.cast:
+        # it is a Python call on every tunnel).
+        self.transport = transport  # type: ignore[assignment]
+        transport.set_write_buffer_limits(WRITE_HIGH_WATER_BYTES, WRITE_LOW_WATER_BYTES)  # type: ignore[attr-defined]
 
     def get_buffer(self, sizehint: int) -> bytearray:
         return _READ_BUFFER.get()
@@ -169,12 +169,9 @@ class Tunnel:
         "client",
         "closed",
         "deadline",
-        "ends_at",
-        "eofs",
         "gate",
-        "idle_s",
         "kind",
-        "last_activity",
+        "limits",
         "owner",
         "principal",
         "settings",
@@ -215,20 +212,17 @@ class Tunnel:
         self.bytes_up = 0
         self.bytes_down = 0
         self.closed = False
-        self.eofs = 0
         self.started = time.monotonic()
-        self.last_activity = self.started
-        self.idle_s = settings.idle_timeout_s
+        self.limits = TunnelLimits(self.started, settings.idle_timeout_s, settings.max_tunnel_lifetime_s)
         # None: the handshake has been checked (or needs no check) and bytes flow freely.
         # `sni` overrides the policy's mode (the transparent listener has no CONNECT name to match).
         self.sni: SniMode = settings.sni if sni is None else sni
         self.gate: HelloGate | None = HelloGate(self._sni_refusal) if self.sni != "off" else None
-        self.ends_at = self.started + settings.max_tunnel_lifetime_s
-        # The client connection's deadline serves both limits: its timer, armed at accept for the
-        # head deadline, fires first and re-arms for the time left, so a tunnel setup arms no
-        # timer of its own. The owner routes its expiry to `deadline_check`.
+        # The client connection's wheel entry serves both limits: filed at accept for the head
+        # deadline, its slot comes first and files it again for the time left, so a tunnel setup
+        # files nothing of its own. The owner routes its expiry to `deadline_check`.
         self.deadline = deadline
-        deadline.set(min(self.idle_s, settings.max_tunnel_lifetime_s))
+        deadline.set_at(self.limits.at)
         client.set_write_buffer_limits(WRITE_HIGH_WATER_BYTES, WRITE_LOW_WATER_BYTES)
 
     @property
@@ -259,7 +253,7 @@ class Tunnel:
 
     # client → upstream -------------------------------------------------------------------------
     def from_client(self, data: bytes) -> None:
-        self.last_activity = time.monotonic()
+        self.limits.last_activity = time.monotonic()
         gate = self.gate
         if gate is not None:
             step = gate.from_client(data)
@@ -312,12 +306,10 @@ class Tunnel:
 
     def client_eof(self) -> bool:
         """Half-close toward the upstream; keep the tunnel open for the other direction."""
-        if self.gate is not None:
-            # The client gave up before its handshake was checked: nothing more may be forwarded.
-            self.close("client_closed")
-            return False
-        self.eofs |= EOF_FROM_CLIENT
-        if self.eofs == EOF_BOTH or not _can_half_close(self.upstream):
+        end = self.limits.client_eof(
+            handshake_checked=self.gate is None, upstream_can_half_close=_can_half_close(self.upstream)
+        )
+        if end is TunnelEnd.CLOSE:
             self.close("client_closed")
             return False
         self.upstream.write_eof()
@@ -338,7 +330,7 @@ class Tunnel:
             # Queued behind earlier bytes: the transport keeps what it is given, so give it a copy.
             self.from_upstream_bytes(buffer[:nbytes])
             return
-        self.last_activity = time.monotonic()
+        self.limits.last_activity = time.monotonic()
         self.bytes_down += nbytes
         client.write(memoryview(buffer)[:nbytes])
         if client.get_write_buffer_size():
@@ -347,13 +339,12 @@ class Tunnel:
 
     def from_upstream_bytes(self, data: bytes | bytearray) -> None:
         """Bytes the transport may keep as they are (early bytes, or a copy of the read buffer)."""
-        self.last_activity = time.monotonic()
+        self.limits.last_activity = time.monotonic()
         self.bytes_down += len(data)
         self.client.write(data)
 
     def upstream_eof(self) -> bool:
-        self.eofs |= EOF_FROM_UPSTREAM
-        if self.eofs == EOF_BOTH or not _can_half_close(self.client):
+        if self.limits.upstream_eof(client_can_half_close=_can_half_close(self.client)) is TunnelEnd.CLOSE:
             self.close("upstream_closed")
             return False
         self.client.write_eof()
@@ -367,15 +358,11 @@ class Tunnel:
         """The deadline passed: close on lifetime or idle time, else set it for the time left."""
         if self.closed:
             return
-        now = time.monotonic()
-        if now >= self.ends_at:
-            self.close("max_lifetime")
+        reason = self.limits.expired(time.monotonic())
+        if reason is not None:
+            self.close(reason)
             return
-        idle_left = self.last_activity + self.idle_s - now
-        if idle_left <= 0:
-            self.close("idle_timeout")
-            return
-        self.deadline.set(min(idle_left, self.ends_at - now))
+        self.deadline.set_at(self.limits.at)
 
     def close(self, reason: str, *, abort: bool = False) -> None:
         """Close both sides once (flushing what is buffered unless aborting) and write the audit line."""

@@ -23,7 +23,7 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.policy.model import LoadedPolicy, Principal, ProxySettings
-from gateway.proxy.deadline import LazyDeadline
+from gateway.proxy.deadline import DeadlineWheel, LazyDeadline
 from gateway.proxy.decision_caches import ProxyDecisions
 from gateway.proxy.tunnel import DialedUpstream, Tunnel, UpstreamTunnelProtocol
 from gateway.vet.urls import VettedHost
@@ -53,9 +53,16 @@ class TunnelOpener:
     """Decides and dials CONNECT requests, enforces tunnel limits, and tracks open tunnels."""
 
     def __init__(
-        self, core: EgressCore, decisions: ProxyDecisions, audit: AuditLog, on_closed: Callable[[], None]
+        self,
+        core: EgressCore,
+        decisions: ProxyDecisions,
+        audit: AuditLog,
+        on_closed: Callable[[], None],
+        wheel: DeadlineWheel,
     ) -> None:
         self.core = core
+        # The listener's deadline wheel, which the transparent listener's connections share.
+        self.wheel = wheel
         self.decisions = decisions
         self.audit = audit
         self.tunnels: set[Tunnel] = set()

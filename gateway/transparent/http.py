@@ -128,6 +128,7 @@ class _PortServer(ProxyServer):
         self._server = None
         self._quiet = asyncio.Event()
         self.loop = proxy.loop
+        self.wheel = proxy.wheel
 
 
 class TransparentHttp(HttpHandOver):

@@ -264,7 +264,7 @@ class TransparentConnection(asyncio.Protocol):
         self.closed = False
         self.eof = False
         self.audit_fields: dict[str, Any] = {}
-        self.deadline = LazyDeadline(self._timeout, listener.loop)
+        self.deadline = LazyDeadline(self._timeout, listener.tunnels.wheel)
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
