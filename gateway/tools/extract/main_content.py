@@ -33,6 +33,7 @@ from gateway.tools.extract.main_content_words import (
     SMALL_WIDGET_CHARS,
     UNLIKELY,
     WIDE_CHAR_EXTRA,
+    WIDE_SCRIPT,
     ClassWeights,
     Strictness,
     measure_text,
@@ -267,8 +268,12 @@ def score_candidates(body: LexborNode, strictness: Strictness) -> CandidateScore
     for element in [*body.css(SCORED_SELECTOR), *inline_only]:
         raw = element.text(deep=True)
         # A wide-script character reads as three: shorter raw text cannot reach the minimum
-        # (most cells of a big data table), so it is not collapsed and measured at all.
-        if len(raw) * (1 + WIDE_CHAR_EXTRA) < MIN_PARAGRAPH_CHARS:
+        # (most cells of a big data table), so it is not collapsed and measured at all; nor
+        # can text under the minimum that holds no wide-script character (the next cells).
+        size = len(raw)
+        if size * (1 + WIDE_CHAR_EXTRA) < MIN_PARAGRAPH_CHARS:
+            continue
+        if size < MIN_PARAGRAPH_CHARS and WIDE_SCRIPT.search(raw) is None:
             continue
         _vote(scores, " ".join(raw.split()), element.parent)
     # Text written straight into a div beside its blocks (paragraphs split by <br><br> under
