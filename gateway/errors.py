@@ -7,6 +7,7 @@ nothing else ever reaches a client. Messages are one line and never carry a secr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -107,6 +108,8 @@ def status_for(code: ErrorCode, surface: Surface) -> int:
 RETRYABLE_STATUSES: frozenset[int] = frozenset({408, 425, 429})
 
 MAX_MESSAGE_CHARS = 500
+# Fields of the error body that an `extra` decoded from another process may not replace.
+WIRE_RESERVED_FIELDS = frozenset({"code", "message", "retryable"})
 
 
 def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
@@ -157,6 +160,43 @@ class GatewayError(Exception):
             "rule_pattern": self.rule_pattern,
         }
         return (_rebuild, (self.code, self.message, options))
+
+    def to_wire(self) -> dict[str, Any]:
+        """Every field as plain JSON, for a process boundary (the extraction workers answer so)."""
+        return {
+            "code": str(self.code),
+            "message": self.message,
+            "status": self.status_override,
+            "retry_after_s": self.retry_after_s,
+            "extra": self.extra,
+            "permanent": self.permanent,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> GatewayError:
+        """Rebuild from `to_wire` output sent by a process that parses hostile input: every field
+        is checked, and `extra` keeps only scalar fields that cannot shadow the error body's own.
+        Raises ValueError (or KeyError, TypeError) on anything malformed."""
+        status, retry_after_s, extra = data["status"], data["retry_after_s"], data["extra"]
+        if status is not None and (type(status) is not int or not 100 <= status <= 599):
+            raise ValueError("status out of range")
+        if retry_after_s is not None and (type(retry_after_s) not in (int, float) or retry_after_s < 0):
+            raise ValueError("retry_after_s must be a non-negative number")
+        if not isinstance(extra, dict) or type(data["permanent"]) is not bool:
+            raise TypeError("malformed error fields")
+        scalars = {
+            str(key): value
+            for key, value in extra.items()
+            if key not in WIRE_RESERVED_FIELDS and (value is None or type(value) in (str, int, float, bool))
+        }
+        return cls(
+            ErrorCode(data["code"]),
+            str(data["message"]),
+            status=status,
+            retry_after_s=None if retry_after_s is None else float(retry_after_s),
+            extra=scalars,
+            permanent=data["permanent"],
+        )
 
     def status_on(self, surface: Surface) -> int:
         # A credential refusal is the surface's own challenge (401 or 407) whatever was asked for.

@@ -20,8 +20,9 @@ from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog, verdict_of_failure
+from gateway.observe.audit import AuditLog
 from gateway.observe.loop_metrics import CounterChild
+from gateway.observe.verdicts import verdict_of_failure
 from gateway.policy.decide import authenticate
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.exchange import ForwardExchange

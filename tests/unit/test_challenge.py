@@ -1,10 +1,10 @@
-"""Bot-challenge detection: walls are flagged, articles about captchas are not."""
+"""Bot-challenge detection: walls are flagged, articles about captchas or carrying a captcha widget are not."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.tools.extract.challenge import MAX_INTERSTITIAL_WORDS, detect_challenge, visible_word_count
+from gateway.tools.extract.challenge import MAX_INTERSTITIAL_WORDS, detect_challenge, visible_text, visible_word_count
 
 ARTICLE = "<p>" + " ".join(["Researchers studied how people solve puzzles every day."] * 80) + "</p>"
 
@@ -86,3 +86,50 @@ def test_unclosed_scripts_and_tag_openers_are_counted_in_linear_time() -> None:
     hostile = "<script>" * 20_000 + "<" * 100_000
     assert detect_challenge(200, {}, hostile) is None
     assert visible_word_count("<p>" + "word " * 1_000 + "<script>" * 5_000) == MAX_INTERSTITIAL_WORDS + 1
+
+
+SHORT_ARTICLE = (
+    "<h1>Voting opens</h1>" + "<p>The jury picked ten sites for the award, and readers vote until May.</p>" * 12
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(
+            SHORT_ARTICLE + "<script src='https://www.google.com/recaptcha/api.js?render=6LdX'></script>",
+            id="short-article-with-invisible-recaptcha-v3",
+        ),
+        pytest.param(
+            SHORT_ARTICLE + "<form><textarea name='comment'></textarea><div class='g-recaptcha'></div></form>"
+            "<script src='https://www.google.com/recaptcha/api.js'></script>",
+            id="short-article-with-recaptcha-under-its-comment-form",
+        ),
+        pytest.param(
+            "<head><script src='https://www.google.com/recaptcha/api.js'></script><style>"
+            + "p{margin:0}" * 20_000 + "</style></head><body>" + ARTICLE + "</body>",
+            id="article-whose-text-starts-past-the-scanned-part",
+        ),
+    ],
+)  # fmt: skip
+def test_an_article_that_embeds_a_captcha_widget_is_not_a_wall(body: str) -> None:
+    assert detect_challenge(200, {}, body) is None
+
+
+def test_a_page_that_is_only_a_captcha_widget_is_a_wall() -> None:
+    body = "<title>example.org</title><div class='g-recaptcha' data-sitekey='x'></div>"
+    body += "<script src='https://www.google.com/recaptcha/api.js'></script>"
+    assert detect_challenge(200, {}, body) == "reCAPTCHA interstitial"
+
+
+def test_a_wall_asking_for_the_check_in_german_is_flagged() -> None:
+    body = "<h1>Sicherheitsüberprüfung</h1><p>Bitte bestätigen Sie, dass Sie ein Mensch sind.</p>"
+    body += "<script src='https://js.hcaptcha.com/1/api.js'></script>" + "<p>Impressum Datenschutz Kontakt</p>" * 10
+    assert detect_challenge(200, {}, body) == "hCaptcha interstitial"
+
+
+def test_visible_text_skips_scripts_and_styles_and_stops_at_the_limit() -> None:
+    page = "<style>.a{b:c}</style><p>One two</p><script>var x = 'three four';</script><P>Five</P>" + "<p>w</p>" * 900
+    visible = visible_text(page, stop_after=10)
+    assert visible.words == 10
+    assert visible.text.split()[:3] == ["one", "two", "five"]

@@ -1,12 +1,14 @@
-"""The error taxonomy: one status table for both listeners, and a GatewayError that pickles."""
+"""The error taxonomy: one status table for both listeners, a GatewayError that pickles, and its
+JSON wire form for the extraction workers (every field kept, hostile input refused)."""
 
 from __future__ import annotations
 
 import pickle
 
+import orjson
 import pytest
 
-from gateway.errors import HTTP_STATUS, ErrorCode, GatewayError, Surface, status_for
+from gateway.errors import HTTP_STATUS, MAX_MESSAGE_CHARS, ErrorCode, GatewayError, Surface, status_for
 
 PROXY_ONLY = {
     ErrorCode.AUTH_REQUIRED: (401, 407),
@@ -50,3 +52,51 @@ def test_a_credential_refusal_is_the_surfaces_own_challenge_whatever_status_was_
     surface: Surface, status: int
 ) -> None:
     assert GatewayError(ErrorCode.AUTH_REQUIRED, "no credential", status=401).status_on(surface) == status
+
+
+def test_gateway_error_crosses_a_process_boundary_as_plain_json_with_every_field() -> None:
+    error = GatewayError(
+        ErrorCode.UPSTREAM_STATUS, "origin answered 503", status=502, retry_after_s=1.5, extra={"status": 503},
+        permanent=True,
+    )  # fmt: skip
+    copy = GatewayError.from_wire(orjson.loads(orjson.dumps(error.to_wire())))
+    assert copy.code is ErrorCode.UPSTREAM_STATUS
+    assert (copy.message, copy.status_override, copy.retry_after_s, copy.extra, copy.permanent) == (
+        "origin answered 503", 502, 1.5, {"status": 503}, True,
+    )  # fmt: skip
+    assert copy.to_body() == error.to_body()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param({"code": "no_such_code"}, id="unknown-code"),
+        pytest.param({"status": 99}, id="status-below-range"),
+        pytest.param({"status": "502"}, id="status-as-text"),
+        pytest.param({"status": True}, id="status-as-bool"),
+        pytest.param({"retry_after_s": -1}, id="negative-retry-after"),
+        pytest.param({"extra": ["status"]}, id="extra-not-an-object"),
+        pytest.param({"permanent": "yes"}, id="permanent-not-a-bool"),
+    ],
+)
+def test_a_malformed_wire_error_is_refused(change: dict[str, object]) -> None:
+    wire = GatewayError(ErrorCode.TOO_LARGE, "too big").to_wire() | change
+    with pytest.raises((ValueError, TypeError)):
+        GatewayError.from_wire(wire)
+
+
+def test_a_wire_error_cannot_shadow_the_body_fields_or_smuggle_structures() -> None:
+    wire = GatewayError(ErrorCode.TOO_LARGE, "too big").to_wire()
+    wire["extra"] = {"code": "ok", "message": "fine", "retryable": True, "nested": {"a": 1}, "page": "x", "n": 2}
+    body = GatewayError.from_wire(wire).to_body()["error"]
+    assert (body["code"], body["message"], body["retryable"]) == ("too_large", "too big", False)
+    assert body["page"] == "x"
+    assert body["n"] == 2
+    assert "nested" not in body
+
+
+def test_a_wire_message_is_still_one_bounded_line() -> None:
+    wire = GatewayError(ErrorCode.TOO_LARGE, "x").to_wire() | {"message": "line one\nline two " + "y" * 2_000}
+    message = GatewayError.from_wire(wire).message
+    assert "\n" not in message
+    assert len(message) <= MAX_MESSAGE_CHARS

@@ -2,7 +2,7 @@
 
 Owns the routing of a body to its converter: PDF (by media type or `%PDF-` magic) to `pdf`,
 otherwise decoding, bot-challenge detection and HTML → markdown. Refusals come back as values
-(code, message), never as exceptions, so they cross the worker boundary as plain data. Never
+(a GatewayError held, not raised), and cross the worker boundary as its plain JSON wire form. Never
 touches the network, never reads files.
 """
 
@@ -54,7 +54,7 @@ class RenderLimits:
 
 @dataclass(frozen=True, slots=True)
 class RenderedPage:
-    """A body as page text, or the refusal (code, message) that stops it."""
+    """A body as page text, or the GatewayError that refuses it."""
 
     text: str = ""
     title: str = ""
@@ -62,11 +62,11 @@ class RenderedPage:
     links: tuple[tuple[str, str], ...] = ()  # (text, url)
     source_truncated: bool = False
     challenge: str | None = None
-    refusal: tuple[ErrorCode, str] | None = None
+    refusal: GatewayError | None = None
 
     def raise_refusal(self) -> None:
         if self.refusal is not None:
-            raise GatewayError(*self.refusal)
+            raise self.refusal
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -76,7 +76,7 @@ class RenderedPage:
             "links": self.links,
             "source_truncated": self.source_truncated,
             "challenge": self.challenge,
-            "refusal": list(self.refusal) if self.refusal is not None else None,
+            "refusal": self.refusal.to_wire() if self.refusal is not None else None,
         }
 
     @classmethod
@@ -91,10 +91,10 @@ class RenderedPage:
                 links=tuple((str(text), str(url)) for text, url in data["links"]),
                 source_truncated=bool(data["source_truncated"]),
                 challenge=None if data["challenge"] is None else str(data["challenge"]),
-                refusal=None if refusal is None else (ErrorCode(refusal[0]), str(refusal[1])),
+                refusal=None if refusal is None else GatewayError.from_wire(refusal),
             )
-        except (KeyError, TypeError, ValueError, IndexError):
-            return cls(refusal=(ErrorCode.UNSUPPORTED_CONTENT, "the converter returned a malformed answer"))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            return cls(refusal=GatewayError(ErrorCode.UNSUPPORTED_CONTENT, "the converter returned a malformed answer"))
 
 
 def media_type(content_type: str | None) -> str:
@@ -150,4 +150,4 @@ def render_page(
         max_chars = limits.max_chars
         return RenderedPage(text[:max_chars], "", decoded.content_type, (), len(text) > max_chars)
     except GatewayError as exc:
-        return RenderedPage(refusal=(exc.code, exc.message))
+        return RenderedPage(refusal=exc)

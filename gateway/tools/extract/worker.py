@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from gateway.errors import ErrorCode
+from gateway.errors import ErrorCode, GatewayError
 from gateway.memory import limit_heap_retention, release_free_memory
 from gateway.tools.extract.render import RenderedPage, RenderLimits, render_page
 
@@ -60,7 +60,8 @@ def run_job(payload: bytes) -> dict[str, Any]:
             body, header["content_type"], header["status"], header["headers"], header["base_url"], limits=limits
         )
     except MemoryError:
-        page = RenderedPage(refusal=(ErrorCode.TOO_LARGE, "the page needs more memory than the converter may use"))
+        refusal = GatewayError(ErrorCode.TOO_LARGE, "the page needs more memory than the converter may use")
+        page = RenderedPage(refusal=refusal)
     return page.to_wire()
 
 
