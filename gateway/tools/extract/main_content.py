@@ -42,6 +42,7 @@ from gateway.tools.extract.main_content_words import (
 
 SCORED_SELECTOR = "p, pre, td, section, h2, h3, h4, h5, h6"
 JUNK_AND_CHROME_SELECTOR = ", ".join([*JUNK_TAGS, *CHROME_TAGS])
+HIDDEN_OR_ROLE_SELECTOR = '[hidden], [aria-hidden="true" i], [style*="none" i], [style*="hidden" i], [role]'
 # Divs with none of these below them hold only inline content and read as paragraphs.
 BLOCK_TAGS_UNDER_DIV = ("blockquote", "dl", "div", "img", "ol", "p", "pre", "table", "ul")
 BLOCK_SELECTOR_UNDER_DIV = ", ".join(BLOCK_TAGS_UNDER_DIV)
@@ -83,16 +84,14 @@ def remove_hidden_and_junk(tree: LexborHTMLParser) -> None:
     # Junk and chrome tags go whatever their contents, so one selector walk finds both.
     for node in reversed(tree.css(JUNK_AND_CHROME_SELECTOR)):
         node.decompose()
-    hidden = '[hidden], [aria-hidden="true" i], [style*="none" i], [style*="hidden" i]'
-    for node in reversed(tree.css(hidden)):
+    # Hidden elements and chrome roles in one selector walk; the role test is done in Python
+    # (an 11-way attribute selector is slower).
+    for node in reversed(tree.css(HIDDEN_OR_ROLE_SELECTOR)):
         attrs = node.attributes
         style = attrs.get("style") or ""
         aria_hidden = (attrs.get("aria-hidden") or "").strip().lower() == "true"
-        if "hidden" in attrs or aria_hidden or HIDDEN_STYLE.search(style):
-            node.decompose()
-    # One cheap selector, then the role test in Python: an 11-way attribute selector is slower.
-    for node in reversed(tree.css("[role]")):
-        if (node.attributes.get("role") or "").strip().lower() in CHROME_ROLES:
+        chrome_role = (attrs.get("role") or "").strip().lower() in CHROME_ROLES
+        if "hidden" in attrs or aria_hidden or chrome_role or HIDDEN_STYLE.search(style):
             node.decompose()
     for form in reversed(tree.css("form")):
         # ASP.NET pages wrap the whole body in one <form>: only small forms are chrome.
