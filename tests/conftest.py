@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness.audit_schema import all_errors
+from tests.harness.audit_schema import NOTED_LINE_KINDS, NOTED_PROBLEMS, all_errors, line_kinds
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess
@@ -18,14 +18,58 @@ from tests.harness.origins import HarnessLoop, OriginFactory
 pytest_plugins = ["tests.harness.redis_server", "tests.harness.redis_topologies"]
 
 
+# The line kinds each of these tests writes: when it passed, the session's schema check must
+# have seen them, so no kind of line escapes validation (issue 16: every line kind is covered).
+_AUDIT = "tests/integration/test_audit_log.py::"
+_PROXY = "tests/integration/test_proxy_audit_fields.py::"
+LINE_KINDS_BY_TEST: dict[str, set[tuple[str, str]]] = {
+    _PROXY + "test_every_proxy_decision_names_its_rule": {("decision", "http"), ("decision", "connect")},
+    _PROXY + "test_a_forwarded_response_carries_the_id_and_its_close_line_the_status_bytes_and_address": {
+        ("close", "http")
+    },
+    _PROXY + "test_connect_answers_with_the_conn_that_its_decision_and_close_lines_share": {("close", "connect")},
+    _PROXY + "test_a_burst_of_failed_credentials_is_counted_in_a_metric_while_the_log_aggregates_it": {
+        ("repeated", "http")
+    },
+    _AUDIT + "test_every_api_response_names_its_request_and_every_tool_line_its_rule": {
+        ("decision", "fetch"),
+        ("decision", "search"),
+        ("decision", "run_token"),
+    },
+    _AUDIT + "test_a_lost_audit_destination_refuses_egress_until_it_can_be_written_again": {("audit_resumed", "")},
+    "tests/transparent/test_transparent_tcp.py::test_curl_https_without_proxy_settings_is_forced_through_the_gateway": {
+        ("decision", "transparent"),
+        ("close", "transparent"),
+    },
+    "tests/transparent/test_transparent_dns.py::test_an_allowed_name_resolves_through_the_listener": {
+        ("decision", "dns")
+    },
+}
+_PASSED: set[str] = set()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and report.passed:
+        _PASSED.add(report.nodeid)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def audit_lines_match_the_schema() -> Iterator[None]:
-    """After the whole session: every audit line any harness gateway wrote is valid schema v1."""
+    """After the whole session: every audit line any harness gateway wrote is valid schema v1,
+    and every line kind a passed test writes was among the lines checked."""
     yield
-    problems = all_errors(GatewayProcess.audit_files)
+    problems = NOTED_PROBLEMS + all_errors(GatewayProcess.audit_files)
     if problems:
         shown = "\n".join(problems[:20])
         pytest.fail(f"{len(problems)} audit line problem(s) against audit.schema.json:\n{shown}")
+    seen = set(NOTED_LINE_KINDS)
+    for path in GatewayProcess.audit_files:
+        seen |= line_kinds(path)
+    unchecked = {
+        test: sorted(kinds - seen) for test, kinds in LINE_KINDS_BY_TEST.items() if test in _PASSED and kinds - seen
+    }
+    if unchecked:
+        pytest.fail(f"line kinds written by passed tests but never schema-checked: {unchecked}")
 
 
 @pytest.fixture(scope="session")

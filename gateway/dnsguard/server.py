@@ -26,8 +26,8 @@ from gateway.observe.audit import AuditLog, client_fields, new_connection_id
 from gateway.policy.transparent import KNOWN_QUERY_TYPES
 from gateway.settings import ListenAddress
 from gateway.tasks import spawn
-from gateway.transparent.listener import principal_for_port
 from gateway.transparent.ports import assign_ports
+from gateway.transparent.verdicts import principal_for_port
 
 MAX_IN_FLIGHT = 1024
 TCP_IDLE_S = 10.0

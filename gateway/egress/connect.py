@@ -64,8 +64,12 @@ class TlsTrust:
             if self._building is None:
                 loop = asyncio.get_running_loop()
                 self._building = loop.run_in_executor(None, build_ssl_context, self._extra_ca_bundle)
-            # Shielded: a caller cancelled while it waits must not cancel the build for the others.
-            self._context = await asyncio.shield(self._building)
+            try:
+                # Shielded: a caller cancelled while it waits must not cancel the others' build.
+                self._context = await asyncio.shield(self._building)
+            except GatewayError as exc:
+                self._building = None  # the bundle went bad after start: the next call tries again
+                raise GatewayError(ErrorCode.CONNECT_FAILURE, f"no TLS trust store: {exc.message}") from None
         return self._context
 
 

@@ -28,7 +28,8 @@ from gateway.proxy.exchange import ForwardExchange, ParsedRequest
 from gateway.proxy.request_framing import ConnectHead
 from gateway.proxy.server import ClientConnection, ProxyServer
 from gateway.transparent.destination import pin_destination
-from gateway.transparent.listener import KIND, HttpHandOver, principal_for_port
+from gateway.transparent.listener import KIND, HttpHandOver
+from gateway.transparent.verdicts import principal_for_port
 from gateway.vet.addresses import IPAddress
 
 

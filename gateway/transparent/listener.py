@@ -25,10 +25,10 @@ from typing import Any, cast
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
+from gateway.memo import BoundedMemo
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog, client_fields, new_connection_id
 from gateway.observe.loop_metrics import CounterChild
-from gateway.policy.decide import decide_destination, internal_exceptions
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.sni import MAX_PEEK_BYTES
@@ -40,7 +40,8 @@ from gateway.transparent.destination import pin_destination, raw_rules_for_port
 from gateway.transparent.identify import FlightKind, classify_first_flight, describe_seen
 from gateway.transparent.original_dst import original_destination
 from gateway.transparent.ports import assign_ports
-from gateway.vet.addresses import AddressGuard, IPAddress
+from gateway.transparent.verdicts import format_original, principal_for_port, still_allowed
+from gateway.vet.addresses import IPAddress
 from gateway.vet.urls import VettedHost, vet_host
 
 KIND = "transparent"
@@ -48,15 +49,6 @@ LISTEN_BACKLOG = 4096
 MAX_CACHED_HOSTS = 4096
 
 _CONNECT_LATENCY = metrics.CONNECT_SECONDS.labels(KIND)
-
-
-def principal_for_port(loaded: LoadedPolicy, uid: int | None) -> Principal:
-    """The principal of a listener port: the uid's as the current policy names it, else the default."""
-    name = loaded.policy.transparent.principal_for_uid(uid)
-    principal = loaded.policy.principals.get(name)
-    if principal is None:
-        raise GatewayError(ErrorCode.POLICY_DENIED, f"transparent principal {name!r} is not in the policy")
-    return principal
 
 
 class TransparentListener:
@@ -73,7 +65,7 @@ class TransparentListener:
         # for `revalidate` (closed ones are pruned as they are met).
         self.open: dict[Tunnel, tuple[int | None, bool]] = {}
         self._servers: list[asyncio.AbstractServer] = []
-        self._hosts: dict[str, VettedHost] = {}
+        self._hosts: BoundedMemo[str, VettedHost] = BoundedMemo(MAX_CACHED_HOSTS)
         self._counters: dict[tuple[str, str], CounterChild] = {}
 
     async def start(self, addresses: tuple[ListenAddress, ...], uids: list[int]) -> None:
@@ -110,12 +102,7 @@ class TransparentListener:
         """`vet_host` behind a bounded cache: IDNA canonicalisation per connection costs more than
         the rest of a cached decision, and agents reach the same few names again and again."""
         host = self._hosts.get(name)
-        if host is None:
-            host = vet_host(name)
-            if len(self._hosts) >= MAX_CACHED_HOSTS:
-                self._hosts.clear()
-            self._hosts[name] = host
-        return host
+        return host if host is not None else self._hosts.put(name, vet_host(name))
 
     def revalidate(self, loaded: LoadedPolicy) -> None:
         """After a reload: close every open tunnel the new policy would not allow now."""
@@ -162,7 +149,7 @@ class TransparentListener:
             generation=generation,
             rule=error.rule,
             rule_pattern=error.rule_pattern,
-            original_dst=_format(original) if original else None,
+            original_dst=format_original(original) if original else None,
             **(client or {}),
             **extra,
         )
@@ -189,50 +176,9 @@ class TransparentListener:
             generation=target.generation,
             rule=target.rule,
             rule_pattern=target.rule_pattern,
-            original_dst=_format(original),
+            original_dst=format_original(original),
             **(client or {}),
         )
-
-
-def still_allowed(
-    loaded: LoadedPolicy, guard: AddressGuard, tunnel: Tunnel, uid: int | None, *, raw: bool
-) -> GatewayError | None:
-    """Why the current policy refuses an open tunnel, or None while it still allows it (report
-    mode never closes one)."""
-    try:
-        principal = principal_for_port(loaded, uid)
-    except GatewayError as error:
-        return error
-    if loaded.policy.mode_for(principal) == "report":
-        return None
-    address = ipaddress.ip_address(tunnel.address)
-    if raw:
-        rules = raw_rules_for_port(loaded.policy.transparent, tunnel.port)
-        if not any(rule.host == tunnel.connect_host and rule.ip in (None, address) for rule in rules):
-            return GatewayError(
-                ErrorCode.POLICY_DENIED,
-                f"{tunnel.connect_host}:{tunnel.port} is no longer in raw_tcp",
-                rule="transparent.raw_tcp",
-            )
-    else:
-        host = tunnel.target.host
-        decision = decide_destination(loaded.policy, principal, host, tunnel.port)
-        if not decision.allowed:
-            return decision.to_error()
-    verdict = guard.vet(address, extra_allow=internal_exceptions(principal, tunnel.connect_host))
-    if not verdict.allowed:
-        return GatewayError(
-            ErrorCode.BLOCKED_DESTINATION,
-            f"{tunnel.connect_host} is now denied: {verdict.reason}",
-            rule=verdict.rule,
-            rule_pattern=verdict.pattern,
-        )
-    return None
-
-
-def _format(original: tuple[IPAddress, int]) -> str:
-    address, port = original
-    return f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
 
 
 class HttpHandOver:

@@ -17,6 +17,10 @@ import orjson
 import gateway.observe
 
 SCHEMA_PATH = Path(gateway.observe.__file__).parent / "audit.schema.json"
+# Audit files removed before the session ends (the netns pods') are checked by their owners at
+# teardown with `note_file`: their problems and (event, kind) pairs join the session's check.
+NOTED_LINE_KINDS: set[tuple[str, str]] = set()
+NOTED_PROBLEMS: list[str] = []
 
 
 @cache
@@ -47,6 +51,27 @@ def file_errors(path: Path) -> list[str]:
                 continue
             problems.extend(f"{candidate}:{number}: {error} in {raw[:300]!r}" for error in line_errors(line))
     return problems
+
+
+def line_kinds(path: Path) -> set[tuple[str, str]]:
+    """(event, kind) of every parsable line of one audit file and its rotated siblings."""
+    kinds: set[tuple[str, str]] = set()
+    for candidate in sorted(path.parent.glob(path.name + "*")) if path.parent.exists() else ():
+        for raw in candidate.read_bytes().splitlines():
+            try:
+                line = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(line, dict):
+                kinds.add((str(line.get("event")), str(line.get("kind", ""))))
+    return kinds
+
+
+def note_file(path: Path) -> None:
+    """Check an audit file that will be gone when the session ends; the session reports it."""
+    if path.exists():
+        NOTED_PROBLEMS.extend(file_errors(path))
+        NOTED_LINE_KINDS.update(line_kinds(path))
 
 
 def all_errors(paths: Iterable[Path]) -> list[str]:

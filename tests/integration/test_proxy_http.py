@@ -219,6 +219,64 @@ def test_slowloris_head_is_dropped_after_the_head_deadline(proxy: ProxyProcess, 
         assert closed
 
 
+def _read_response(sock: socket.socket) -> bytes:
+    """One response with a Content-Length body from a blocking socket."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, head
+        body += chunk
+    return head
+
+
+def _closed_within(sock: socket.socket, seconds: float, *, trickle: bytes = b"") -> str:
+    """'fin', 'reset' or 'open' after up to `seconds`, sending `trickle` every 200 ms meanwhile."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        try:
+            if trickle:
+                sock.sendall(trickle)
+            sock.settimeout(0.2)
+            if sock.recv(1024) == b"":
+                return "fin"
+        except TimeoutError:
+            continue
+        except OSError:
+            return "reset"
+    return "open"
+
+
+def test_a_dripped_second_head_on_a_keep_alive_connection_meets_the_head_deadline(
+    proxy: ProxyProcess, http_origin: Origin
+) -> None:
+    # After a response the connection waits under the idle time (300 s here); the first byte of
+    # the next head switches it to the 1 s head deadline, so dripping that head cannot hold it.
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+        sock.sendall(f"GET {http_origin.url('/')} HTTP/1.1\r\nHost: plain.example.org\r\n\r\n".encode())
+        assert _read_response(sock).startswith(b"HTTP/1.1 200 ")
+        sock.sendall(f"GET {http_origin.url('/')} HTTP/1.1\r\n".encode())
+        assert _closed_within(sock, 8, trickle=b"X") != "open"
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_the_idle_time(
+    proxy_factory: ProxyFactory, http_origin: Origin
+) -> None:
+    # Closed by the idle time (1 s) set when the response finished, well before the 8 s bound; the
+    # head deadline (10 s) could not close it in time.
+    policy = proxy_policy([http_origin.cidr], ports=[http_origin.port], proxy={"idle_timeout_s": 1.0})
+    idle_proxy = proxy_factory(policy)
+    with socket.create_connection(("127.0.0.1", idle_proxy.port), timeout=10) as sock:
+        sock.sendall(f"GET {http_origin.url('/')} HTTP/1.1\r\nHost: plain.example.org\r\n\r\n".encode())
+        assert _read_response(sock).startswith(b"HTTP/1.1 200 ")
+        assert _closed_within(sock, 8) != "open"
+
+
 def test_origin_reset_mid_body_reaches_the_client_as_an_error(proxy: ProxyProcess, http_origin: Origin) -> None:
     with httpx.Client(proxy=proxy.url, timeout=10) as client, pytest.raises(httpx.HTTPError):
         client.get(http_origin.url("/reset"))

@@ -29,6 +29,8 @@ import orjson
 import pytest
 import yaml
 
+from tests.harness.audit_schema import note_file
+
 REPO = Path(__file__).resolve().parents[2]
 ETC_NETNS = Path("/etc/netns")
 GATEWAY_UID = 15337
@@ -303,6 +305,8 @@ class Topology:
         if not self.etc_netns_existed:
             with contextlib.suppress(OSError):
                 ETC_NETNS.rmdir()
+        with contextlib.suppress(OSError):
+            note_file(self.gateway_dir / "audit.log")
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
