@@ -6,7 +6,11 @@ daemon and every descendant (extraction worker included): idle after start, and 
 mixed load of proxy tunnels, plain HTTP requests through the proxy, 100 web_fetch calls of real
 fixture pages (the largest included) and 20 searches against a harness engine. squid and
 tinyproxy (Debian packages) are measured in the same run, idle and after the proxy part of the
-load. Start-up to ready is timed from the fork to the first 200 of /readyz (the harness's 50 ms
+load. A second table gives, for the same moments, the tree's anonymous memory (what each pod
+pays whatever else runs on its node) and an estimate of the tree alone on a node (every mapped
+file's resident pages counted once, in full): PSS shares libpython's pages with every other
+process mapping them, which flatters any Python program on a machine running others.
+Start-up to ready is timed from the fork to the first 200 of /readyz (the harness's 50 ms
 polls; bench/startup.py times it precisely, beside a reference).
 
     .venv/bin/python bench/footprint.py --pages ../shared/fixtures/pages
@@ -122,6 +126,40 @@ def tree_pss_mb(root: int) -> tuple[float, int]:
     return sum(pss_kib(pid) for pid in pids) / 1024, len(pids)
 
 
+def tree_alone_mb(root: int) -> tuple[float, float]:
+    """(anonymous, alone) MB: the tree's anonymous memory (PSS, so pages a fork shares inside the
+    tree count once), which every pod pays whatever else runs on its node; and what the tree would
+    hold alone on a node: that plus every file it maps counted in full, once for the tree (the
+    largest resident size among its processes, per file). PSS splits a file's pages with every
+    process on the machine that maps it, so libpython's and libcrypto's pages cost a gateway less
+    here, beside other Python processes (or on a node running many sidecars of one image), than
+    in a pod alone on its node."""
+    anon_kib = 0
+    file_kib: dict[str, int] = {}
+    for pid in descendants(root):
+        try:
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+            lines = Path(f"/proc/{pid}/smaps").read_text().splitlines()
+        except OSError:
+            continue
+        anon_kib += sum(int(line.split()[1]) for line in rollup if line.startswith("Pss_Anon:"))
+        # Per file, this process's resident pages that are the file's own (a mapping's
+        # copied-on-write pages are anonymous and already in Pss_Anon).
+        own: dict[str, int] = {}
+        path = ""
+        for line in lines:
+            fields = line.split()
+            if not fields[0].endswith(":"):
+                path = fields[5] if len(fields) > 5 and fields[5].startswith("/") else ""
+            elif path and fields[0] == "Rss:":
+                own[path] = own.get(path, 0) + int(fields[1])
+            elif path and fields[0] == "Anonymous:":
+                own[path] -= int(fields[1])
+        for name, kib in own.items():
+            file_kib[name] = max(file_kib.get(name, 0), kib)
+    return anon_kib / 1024, (anon_kib + sum(file_kib.values())) / 1024
+
+
 def tree_breakdown(root: int) -> str:
     """Each process of the tree as `name PSS`, the name from its command line."""
     parts = []
@@ -228,6 +266,7 @@ def main() -> int:
     args = parser.parse_args()
     pages = fixture_pages(args.pages)
     rows: list[tuple[str, float, int, float, int, str]] = []
+    alone: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {}
     notes: list[str] = []
 
     with tempfile.TemporaryDirectory(prefix="footprint-") as tmp:
@@ -294,6 +333,7 @@ def main() -> int:
             ready_s = time.perf_counter() - started
             time.sleep(args.settle_s)
             idle, idle_n = tree_pss_mb(gateway.pid)
+            idle_alone = tree_alone_mb(gateway.pid)
             authority = f"plain.example.org:{plain_origin.port}"
             load_started = time.perf_counter()
             proxy_failed = proxy_load(gateway.proxy_port, authority, "plain.example.org")
@@ -305,6 +345,7 @@ def main() -> int:
             load_s = time.perf_counter() - load_started
             time.sleep(args.settle_s)
             loaded, loaded_n = tree_pss_mb(gateway.pid)
+            alone["egress-gateway (defaults)"] = (idle_alone, tree_alone_mb(gateway.pid))
             notes.append(f"gateway tree after load (MB PSS): {tree_breakdown(gateway.pid)}")
             if args.wait_idle_exit:
                 time.sleep(IDLE_EXIT_WAIT_S)
@@ -332,9 +373,11 @@ def main() -> int:
                 others.append(proc)
                 time.sleep(args.settle_s)
                 idle_other, idle_other_n = tree_pss_mb(proc.pid)
+                idle_other_alone = tree_alone_mb(proc.pid)
                 failed = proxy_load(port, plain_ip_authority, plain_origin.ip)
                 time.sleep(args.settle_s)
                 loaded_other, loaded_other_n = tree_pss_mb(proc.pid)
+                alone[name] = (idle_other_alone, tree_alone_mb(proc.pid))
                 rows.append((name, idle_other, idle_other_n, loaded_other, loaded_other_n, "proxy part"))
                 notes.append(f"{name}: proxy failures {failed}")
                 proc.terminate()
@@ -354,6 +397,10 @@ def main() -> int:
     print("|---|---|---|---|---|---|")
     for name, idle_mb, idle_count, loaded_mb, loaded_count, load in rows:
         print(f"| {name} | {idle_mb:.1f} | {idle_count} | {loaded_mb:.1f} | {loaded_count} | {load} |")
+    print("| process tree | anonymous MB idle | after load | alone on a node MB idle | after load |")
+    print("|---|---|---|---|---|")
+    for name, ((anon_idle_mb, alone_idle_mb), (anon_loaded_mb, alone_loaded_mb)) in alone.items():
+        print(f"| {name} | {anon_idle_mb:.1f} | {anon_loaded_mb:.1f} | {alone_idle_mb:.1f} | {alone_loaded_mb:.1f} |")
     for note in notes:
         print(note)
     gateway_row = rows[0] if rows else None
