@@ -84,9 +84,10 @@ class FakeDNS:
     def __init__(self) -> None:
         self._resolver = _ScriptedResolver()
         self.port = _free_udp_port()
-        self._server = DNSServer(
-            self._resolver, port=self.port, address="127.0.0.1", logger=DNSLogger(log="-", prefix=False)
-        )
+        # Only the server's own errors are printed: dnslib's `log="-"` keeps every default hook
+        # (a bare "-" disables nothing), which printed each query and answer.
+        quiet = DNSLogger(log="error", prefix=False)
+        self._server = DNSServer(self._resolver, port=self.port, address="127.0.0.1", logger=quiet)
 
     @property
     def nameserver(self) -> str:
