@@ -150,3 +150,13 @@ def test_a_first_heading_repeating_the_title_without_the_site_name_is_not_writte
     assert markdown.count("Budget approved after a long night") == 1
     assert markdown.startswith("# Budget approved after a long night | The Daily Example\n")
     assert "## News" in markdown
+
+
+def test_a_noscript_holding_the_page_is_measured_without_the_scripts_inside_it() -> None:
+    # A <noscript> with a long script inside and a line of text is a fallback notice, not the page.
+    notice = "Please enable JavaScript to read this site."
+    script = "<script>" + "var x = 1;" * 400 + "</script>"
+    html = page(f"<noscript>{script}<p>{notice}</p></noscript><article>{BODY}</article>")
+    assert notice not in render(html)
+    # One holding the page's text is the page.
+    assert "council met" in render(page(f"<noscript><article>{BODY * 3}</article></noscript>"))

@@ -33,6 +33,7 @@ from gateway.tools.extract.main_content_words import (
     SMALL_WIDGET_CHARS,
     UNLIKELY,
     WIDE_CHAR_EXTRA,
+    WIDE_SCRIPT,
     ClassWeights,
     Strictness,
     measure_text,
@@ -76,14 +77,15 @@ def remove_hidden_and_junk(tree: LexborHTMLParser) -> None:
     Every removal loop runs innermost first: `decompose` frees the subtree, so a nested match
     must go before its ancestor does.
     """
-    # A page written for browsers without scripts puts its whole text in one <noscript>: that
-    # one is the page, not a fallback notice ("please enable JavaScript").
-    for noscript in tree.css("noscript"):
-        if text_length(noscript) >= NOSCRIPT_PAGE_CHARS:
-            noscript.unwrap()
-    # Junk and chrome tags go whatever their contents, so one selector walk finds both.
+    # Junk and chrome tags go whatever their contents, so one selector walk finds both. A page
+    # written for browsers without scripts puts its whole text in one <noscript>: that one is
+    # the page, not a fallback notice ("please enable JavaScript"), and is unwrapped instead
+    # (measured after the scripts inside it went, being innermost first).
     for node in reversed(tree.css(JUNK_AND_CHROME_SELECTOR)):
-        node.decompose()
+        if node.tag == "noscript" and text_length(node) >= NOSCRIPT_PAGE_CHARS:
+            node.unwrap()
+        else:
+            node.decompose()
     # Hidden elements and chrome roles in one selector walk; the role test is done in Python
     # (an 11-way attribute selector is slower).
     for node in reversed(tree.css(HIDDEN_OR_ROLE_SELECTOR)):
@@ -125,8 +127,8 @@ def remove_unlikely_candidates(body: LexborNode) -> None:
     known_big: set[int] = set()
     keep = Verdict.KEEP  # looked up once: this loop runs for every element with a class or id
     # A chrome word on an element holding most of the page (`above-footer` around a whole
-    # article) names where it sits, not what it is.
-    most_of_page = len(body.text(deep=True)) * MOST_OF_PAGE
+    # article) names where it sits, not what it is. Measured once, when first needed.
+    most_of_page = -1.0
     for node in reversed(body.css("[class], [id]")):
         attributes = node.attributes
         key = (attributes.get("class"), attributes.get("id"))
@@ -139,8 +141,11 @@ def remove_unlikely_candidates(body: LexborNode) -> None:
             continue
         if verdict is Verdict.DROP_IF_SMALL and _holds_much_text(node, known_big):
             continue
-        if verdict is Verdict.DROP and node.tag == "div" and len(node.text(deep=True)) > most_of_page:
-            continue
+        if verdict is Verdict.DROP and node.tag == "div":
+            if most_of_page < 0:
+                most_of_page = len(body.text(deep=True)) * MOST_OF_PAGE
+            if len(node.text(deep=True)) > most_of_page:
+                continue
         node.decompose()
 
 
@@ -263,8 +268,12 @@ def score_candidates(body: LexborNode, strictness: Strictness) -> CandidateScore
     for element in [*body.css(SCORED_SELECTOR), *inline_only]:
         raw = element.text(deep=True)
         # A wide-script character reads as three: shorter raw text cannot reach the minimum
-        # (most cells of a big data table), so it is not collapsed and measured at all.
-        if len(raw) * (1 + WIDE_CHAR_EXTRA) < MIN_PARAGRAPH_CHARS:
+        # (most cells of a big data table), so it is not collapsed and measured at all; nor
+        # can text under the minimum that holds no wide-script character (the next cells).
+        size = len(raw)
+        if size * (1 + WIDE_CHAR_EXTRA) < MIN_PARAGRAPH_CHARS:
+            continue
+        if size < MIN_PARAGRAPH_CHARS and WIDE_SCRIPT.search(raw) is None:
             continue
         _vote(scores, " ".join(raw.split()), element.parent)
     # Text written straight into a div beside its blocks (paragraphs split by <br><br> under

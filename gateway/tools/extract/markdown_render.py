@@ -305,11 +305,9 @@ class MarkdownRenderer:
         self.writer.block("\n".join(lines))
 
     def _cell_text(self, cell: LexborNode) -> str:
-        child = cell.child
-        while child is not None and child.tag == "-text":
-            child = child.next
-        # Only text inside (most cells of big tables): no renderer of its own is needed.
-        text = " ".join(cell.text(deep=True).split()) if child is None else self._rendered_cell_text(cell)
+        # Only text inside, no element (most cells of big tables): no renderer of its own is needed.
+        text_only = next(cell.iter(), None) is None
+        text = " ".join(cell.text(deep=True).split()) if text_only else self._rendered_cell_text(cell)
         if self.plain or ("|" not in text and "\\" not in text):
             return text
         return text.replace("\\", "\\\\").replace("|", "\\|")

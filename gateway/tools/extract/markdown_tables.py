@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from selectolax.lexbor import LexborNode
 
+CELL_TAGS = ("td", "th")
+
 
 def row_cells(row: LexborNode) -> list[LexborNode]:
-    cells = []
-    child = row.child
-    while child is not None:
-        if child.tag in ("td", "th"):
-            cells.append(child)
-        child = child.next
-    return cells
+    # `iter()` walks the element children in C: faster than following `next` from Python.
+    return [child for child in row.iter() if child.tag in CELL_TAGS]
 
 
 def _closest_table(node: LexborNode) -> int | None:
@@ -54,11 +51,9 @@ def is_layout_table(table: LexborNode) -> bool:
 
 def _holds_two_cells(row: LexborNode) -> bool:
     seen = 0
-    child = row.child
-    while child is not None:
-        if child.tag in ("td", "th"):
+    for child in row.iter():
+        if child.tag in CELL_TAGS:
             seen += 1
             if seen == 2:
                 return True
-        child = child.next
     return False
