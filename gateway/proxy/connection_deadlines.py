@@ -1,10 +1,11 @@
 """The proxy's per-connection deadlines and half-closes as data, without I/O: times in, verdicts out.
 
 Owns what each limit of a proxy connection means, in the style of h11 (no socket, no timer, no
-clock of its own: every method takes `now`): the client connection's head deadline (slowloris)
-and keep-alive idle time (`ClientDeadlines`), a tunnel's idle time and maximum lifetime and its
-two half-closes (`TunnelLimits`), and the three response deadlines of a forwarded request: silence,
-the head, the whole response (`ResponseDeadlines`). Each object keeps its next deadline as data
+clock of its own: every method takes `now`): the client connection's head deadline (slowloris),
+keep-alive idle time, half-close and whether it serves another request (`ClientLimits`), a
+tunnel's idle time and maximum lifetime and its two half-closes (`TunnelLimits`), and the three
+response deadlines of a forwarded request: silence, the head, the whole response
+(`ResponseDeadlines`). Each object keeps its next deadline as data
 (`at`, and `reason` where there are several); the asyncio Protocols move their one wheel entry to
 `at` after an event and, when it passes, ask the object what to do (`expired`), then do it.
 
@@ -31,14 +32,28 @@ class ClientExpiry(Enum):
     CLOSE = "close"  # an idle keep-alive connection: a normal close
 
 
-class ClientDeadlines:
-    """The client connection's own deadline between requests; none while a request is served."""
+class ClientLimits:
+    """A client connection outside a tunnel: its own deadline between requests (none while a
+    request is served), its half-close, and whether it serves another request."""
 
-    __slots__ = ("at", "reason")
+    __slots__ = ("at", "eof", "reason")
 
     def __init__(self) -> None:
         self.at: float | None = None
         self.reason: ClientDeadline | None = None
+        self.eof = False  # the client sent its FIN
+
+    def client_eof(self, *, response_owed: bool) -> AfterFin:
+        """A client may half-close after its request: the response it is owed still goes out."""
+        self.eof = True
+        return AfterFin.HALF_CLOSE if response_owed else AfterFin.CLOSE
+
+    def keep_alive(self, request_keep_alive: bool, response_keep_alive: bool, body_done: bool, draining: bool) -> bool:
+        """After a response or a refusal: whether the connection reads another request. It does
+        only if that request and its response both allowed it (RFC 9112 section 9.3; a pipelined
+        head behind it may have asked to close after its own), its body was consumed in full (else
+        the stream is out of sync), the client has not half-closed and the gateway is not draining."""
+        return request_keep_alive and response_keep_alive and body_done and not self.eof and not draining
 
     def accepted(self, now: float, head_timeout_s: float) -> None:
         self.at = now + head_timeout_s
@@ -73,11 +88,13 @@ class ClientDeadlines:
         return ClientExpiry.CLOSE if reason is ClientDeadline.KEEP_ALIVE_IDLE else ClientExpiry.ABORT
 
 
-class TunnelEnd(Enum):
-    """What a tunnel does when one side sends its FIN."""
+class AfterFin(Enum):
+    """What a connection does when a peer sends its FIN."""
 
-    HALF_CLOSE = "half_close"  # write EOF toward the other side; the other direction stays open
-    CLOSE = "close"  # close both sides
+    # A tunnel writes EOF toward the other side and keeps the other direction; a client
+    # connection keeps its write side open for the response it is owed.
+    HALF_CLOSE = "half_close"
+    CLOSE = "close"  # nothing is left to relay or owed: close
 
 
 EOF_FROM_CLIENT = 1
@@ -110,23 +127,23 @@ class TunnelLimits:
             return "idle_timeout"
         return None
 
-    def client_eof(self, *, handshake_checked: bool, upstream_can_half_close: bool) -> TunnelEnd:
+    def client_eof(self, *, handshake_checked: bool, upstream_can_half_close: bool) -> AfterFin:
         """The client's FIN. Before its handshake passed the SNI check nothing more may be forwarded."""
         if not handshake_checked:
-            return TunnelEnd.CLOSE
+            return AfterFin.CLOSE
         self.eofs |= EOF_FROM_CLIENT
         return self._after_eof(upstream_can_half_close)
 
-    def upstream_eof(self, *, client_can_half_close: bool) -> TunnelEnd:
+    def upstream_eof(self, *, client_can_half_close: bool) -> AfterFin:
         self.eofs |= EOF_FROM_UPSTREAM
         return self._after_eof(client_can_half_close)
 
-    def _after_eof(self, other_can_half_close: bool) -> TunnelEnd:
+    def _after_eof(self, other_can_half_close: bool) -> AfterFin:
         # Both FINs seen, or the other side cannot take a half-close (closing, or a transport
         # without write_eof): nothing is left to relay.
         if self.eofs == EOF_BOTH or not other_can_half_close:
-            return TunnelEnd.CLOSE
-        return TunnelEnd.HALF_CLOSE
+            return AfterFin.CLOSE
+        return AfterFin.HALF_CLOSE
 
 
 class ResponseDeadlines:

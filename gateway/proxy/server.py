@@ -2,9 +2,10 @@
 
 Owns the client side of every proxy connection as an asyncio Protocol that feeds client bytes to
 its `request_framing.RequestFraming` (the sans-I/O request half: parsing, caps, pipelining,
-keep-alive intent) and its `connection_deadlines.ClientDeadlines` (the head deadline against
-slowloris, the keep-alive idle time) and carries out what they say: its one entry in the
-listener's `deadline.DeadlineWheel` moved, the connection aborted or closed, pipelined requests
+keep-alive intent) and its `connection_deadlines.ClientLimits` (the head deadline against
+slowloris, the keep-alive idle time, the half-close, whether another request is served) and
+carries out what they say: its one entry in the listener's `deadline.DeadlineWheel` moved, the
+write side kept open after the client's FIN, the connection aborted or closed, pipelined requests
 answered in order, denials with X-Egress-Code, live permission after a
 policy reload, and drain on shutdown. Each absolute-URI request goes to
 `dispatch.ForwardDispatcher` (decided without a task when cached state suffices), each CONNECT to
@@ -27,7 +28,7 @@ from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog, client_fields, new_connection_id
-from gateway.proxy.connection_deadlines import ClientDeadline, ClientDeadlines, ClientExpiry
+from gateway.proxy.connection_deadlines import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
 from gateway.proxy.deadline import DeadlineWheel, LazyDeadline
 from gateway.proxy.decision_caches import ProxyDecisions
 from gateway.proxy.dispatch import ForwardDispatcher
@@ -141,11 +142,10 @@ class ClientConnection(asyncio.Protocol):
         "_closed",
         "_connecting",
         "_deadline",
-        "_deadlines",
         "_early",
-        "_eof",
         "_exchange",
         "_framing",
+        "_limits",
         "_pause_mask",
         "_queued",
         "_receiving",
@@ -169,11 +169,10 @@ class ClientConnection(asyncio.Protocol):
         # Client bytes that arrive while a CONNECT is being dialed (a ClientHello sent eagerly).
         self._early = bytearray()
         self._pause_mask = NOT_PAUSED
-        # What the connection's deadline is (head or keep-alive idle), as data; `_deadline` is its
-        # entry in the wheel, which a tunnel on this connection takes over for its own limits.
-        self._deadlines = ClientDeadlines()
+        # The connection's deadline (head or keep-alive idle) and half-close, as data; `_deadline`
+        # is its entry in the wheel, which a tunnel on this connection takes over for its limits.
+        self._limits = ClientLimits()
         self._deadline = LazyDeadline(self._timeout, server.wheel)
-        self._eof = False
         self._closed = False
 
     @property
@@ -191,8 +190,8 @@ class ClientConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.audit_fields = {"conn": new_connection_id(), **client_fields(transport.get_extra_info("peername"))}
         self.server.connections.add(self)
-        self._deadlines.accepted(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
-        self._deadline.set_at(self._deadlines.at)
+        self._limits.accepted(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
+        self._deadline.set_at(self._limits.at)
 
     def data_received(self, data: bytes) -> None:
         if self._tunnel is not None:
@@ -207,11 +206,11 @@ class ClientConnection(asyncio.Protocol):
         framing = self._framing
         if framing is None or self._closed:
             return
-        deadlines = self._deadlines
-        if deadlines.reason is ClientDeadline.KEEP_ALIVE_IDLE:
+        limits = self._limits
+        if limits.reason is ClientDeadline.KEEP_ALIVE_IDLE:
             # The next head has started: it must complete within the head deadline (slowloris).
-            deadlines.bytes_arrived(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
-            self._deadline.set_at(deadlines.at)
+            limits.bytes_arrived(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
+            self._deadline.set_at(limits.at)
         for event in framing.feed(data):
             if isinstance(event, RequestBody):
                 if self._receiving is not None:
@@ -223,7 +222,7 @@ class ClientConnection(asyncio.Protocol):
             elif isinstance(event, ConnectHead):
                 # The tunnel's own limits take over. The wheel entry stays filed: when its slot
                 # comes, `_timeout` finds nothing due and moves it on.
-                self._deadlines.request_started()
+                self._limits.request_started()
                 self._begin_connect(event)
             else:
                 self._refuse(event.error)
@@ -232,9 +231,8 @@ class ClientConnection(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         if self._tunnel is not None:
             return self._tunnel.client_eof()
-        self._eof = True
-        # A client may half-close after its request: keep the socket to send the response.
-        return True if self._exchange is not None or self._connecting else None
+        owed = self._exchange is not None or self._connecting
+        return True if self._limits.client_eof(response_owed=owed) is AfterFin.HALF_CLOSE else None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -267,7 +265,7 @@ class ClientConnection(asyncio.Protocol):
 
     # request events ---------------------------------------------------------------------------
     def _request_head(self, head: RequestHead) -> None:
-        self._deadlines.request_started()  # no deadline of ours while the request is served
+        self._limits.request_started()  # no deadline of ours while the request is served
         exchange = ForwardExchange(
             self,
             head.method,
@@ -312,15 +310,9 @@ class ClientConnection(asyncio.Protocol):
         self.server.activity_ended()
         if self._closed:
             return
-        # The finished request's own keep-alive, not the connection's: a pipelined head behind it
-        # may already have asked to close after its own response.
-        if (
-            not keep_alive
-            or not exchange.client_keep_alive
-            or self._eof
-            or self.server.draining
-            or not exchange.body_done
-        ):
+        # The finished request's own keep-alive, not the connection's.
+        limits = self._limits
+        if not limits.keep_alive(exchange.client_keep_alive, keep_alive, exchange.body_done, self.server.draining):
             self._close()
             return
         self._next_exchange()
@@ -354,8 +346,7 @@ class ClientConnection(asyncio.Protocol):
         self._exchange = None
         if self._closed:
             return
-        # The connection survives a denial only when the request body was consumed in full.
-        keep = exchange.client_keep_alive and exchange.body_done and not self._eof and not self.server.draining
+        keep = self._limits.keep_alive(exchange.client_keep_alive, True, exchange.body_done, self.server.draining)
         self.transport.write(error_response(error, keep_alive=keep, conn=self.audit_fields.get("conn")))
         if keep:
             self._next_exchange()
@@ -370,8 +361,8 @@ class ClientConnection(asyncio.Protocol):
                 self.resume_client_reading(PauseReason.PIPELINE)
             self.server.dispatcher.start(item)
             return
-        self._deadlines.response_finished(time.monotonic(), self.server.core.loaded.policy.proxy.idle_timeout_s)
-        self._deadline.set_at(self._deadlines.at)
+        self._limits.response_finished(time.monotonic(), self.server.core.loaded.policy.proxy.idle_timeout_s)
+        self._deadline.set_at(self._limits.at)
 
     def _begin_connect(self, head: ConnectHead) -> None:
         opener = self.server.tunnels
@@ -415,7 +406,7 @@ class ClientConnection(asyncio.Protocol):
             return
         if len(early) > MAX_PEEK_BYTES:
             self.transport.resume_reading()  # data_received paused reading while we dialed
-        if self._eof:
+        if self._limits.eof:
             tunnel.client_eof()  # the client half-closed while we dialed
 
     # closing ---------------------------------------------------------------------------------
@@ -474,9 +465,9 @@ class ClientConnection(asyncio.Protocol):
             return
         if self._closed:
             return
-        expiry = self._deadlines.expired(time.monotonic(), busy=self.busy)
+        expiry = self._limits.expired(time.monotonic(), busy=self.busy)
         if expiry is None:
-            self._deadline.set_at(self._deadlines.at)  # not due yet, or nothing due while busy
+            self._deadline.set_at(self._limits.at)  # not due yet, or nothing due while busy
             return
         # Dropped without a response: a slowloris client is not owed one, and an idle keep-alive
         # close is normal HTTP/1.1.

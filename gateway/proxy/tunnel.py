@@ -24,7 +24,7 @@ from gateway.egress.target import PinnedTarget
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.policy.model import Principal, ProxySettings, SniMode
-from gateway.proxy.connection_deadlines import TunnelEnd, TunnelLimits
+from gateway.proxy.connection_deadlines import AfterFin, TunnelLimits
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.hello_gate import HelloGate
 from gateway.proxy.sni import ClientHelloPeek, PeekStatus
@@ -309,7 +309,7 @@ class Tunnel:
         end = self.limits.client_eof(
             handshake_checked=self.gate is None, upstream_can_half_close=_can_half_close(self.upstream)
         )
-        if end is TunnelEnd.CLOSE:
+        if end is AfterFin.CLOSE:
             self.close("client_closed")
             return False
         self.upstream.write_eof()
@@ -344,7 +344,7 @@ class Tunnel:
         self.client.write(data)
 
     def upstream_eof(self) -> bool:
-        if self.limits.upstream_eof(client_can_half_close=_can_half_close(self.client)) is TunnelEnd.CLOSE:
+        if self.limits.upstream_eof(client_can_half_close=_can_half_close(self.client)) is AfterFin.CLOSE:
             self.close("upstream_closed")
             return False
         self.client.write_eof()

@@ -12,11 +12,11 @@ import asyncio
 import pytest
 
 from gateway.proxy.connection_deadlines import (
+    AfterFin,
     ClientDeadline,
-    ClientDeadlines,
     ClientExpiry,
+    ClientLimits,
     ResponseDeadlines,
-    TunnelEnd,
     TunnelLimits,
 )
 from gateway.proxy.deadline import TICK_S, DeadlineWheel, LazyDeadline
@@ -27,9 +27,9 @@ IDLE_S = 60.0
 # --- the client connection: head deadline and keep-alive idle time --------------------------------
 
 
-def _client(*steps: str) -> ClientDeadlines:
+def _client(*steps: str) -> ClientLimits:
     """A client connection's deadlines after `steps` at t=0,1,2,... (accepted at t=0)."""
-    deadlines = ClientDeadlines()
+    deadlines = ClientLimits()
     deadlines.accepted(0.0, HEAD_S)
     for t, step in enumerate(steps, start=1):
         if step == "request":
@@ -82,6 +82,39 @@ def test_client_deadline_fires_once() -> None:
     assert deadlines.at is None
 
 
+@pytest.mark.parametrize(
+    ("owed", "after"),
+    [
+        pytest.param(True, AfterFin.HALF_CLOSE, id="fin-after-request-response-still-sent"),
+        pytest.param(False, AfterFin.CLOSE, id="fin-between-requests-closes"),
+    ],
+)
+def test_client_half_close(owed: bool, after: AfterFin) -> None:
+    limits = ClientLimits()
+    assert limits.client_eof(response_owed=owed) is after
+    assert limits.eof
+
+
+@pytest.mark.parametrize(
+    ("request_keep_alive", "response_keep_alive", "body_done", "eof", "draining", "keep"),
+    [
+        pytest.param(True, True, True, False, False, True, id="keep-alive"),
+        pytest.param(False, True, True, False, False, False, id="request-asked-to-close"),
+        pytest.param(True, False, True, False, False, False, id="response-closes-client"),
+        pytest.param(True, True, False, False, False, False, id="body-not-consumed-out-of-sync"),
+        pytest.param(True, True, True, True, False, False, id="client-half-closed"),
+        pytest.param(True, True, True, False, True, False, id="draining"),
+    ],
+)
+def test_client_keep_alive_after_a_response(
+    request_keep_alive: bool, response_keep_alive: bool, body_done: bool, eof: bool, draining: bool, keep: bool
+) -> None:
+    limits = ClientLimits()
+    if eof:
+        limits.client_eof(response_owed=True)
+    assert limits.keep_alive(request_keep_alive, response_keep_alive, body_done, draining) is keep
+
+
 # --- a tunnel: idle time, lifetime, half-closes ---------------------------------------------------
 
 
@@ -107,19 +140,19 @@ def test_tunnel_limits(
 @pytest.mark.parametrize(
     ("events", "ends"),
     [
-        pytest.param([("client", True, True)], [TunnelEnd.HALF_CLOSE], id="client-fin-half-closes-upstream"),
-        pytest.param([("upstream", True, True)], [TunnelEnd.HALF_CLOSE], id="upstream-fin-half-closes-client"),
+        pytest.param([("client", True, True)], [AfterFin.HALF_CLOSE], id="client-fin-half-closes-upstream"),
+        pytest.param([("upstream", True, True)], [AfterFin.HALF_CLOSE], id="upstream-fin-half-closes-client"),
         pytest.param(
             [("client", True, True), ("upstream", True, True)],
-            [TunnelEnd.HALF_CLOSE, TunnelEnd.CLOSE],
+            [AfterFin.HALF_CLOSE, AfterFin.CLOSE],
             id="second-fin-closes",
         ),
-        pytest.param([("client", False, True)], [TunnelEnd.CLOSE], id="fin-before-sni-check-closes"),
-        pytest.param([("client", True, False)], [TunnelEnd.CLOSE], id="upstream-cannot-half-close"),
-        pytest.param([("upstream", True, False)], [TunnelEnd.CLOSE], id="client-cannot-half-close"),
+        pytest.param([("client", False, True)], [AfterFin.CLOSE], id="fin-before-sni-check-closes"),
+        pytest.param([("client", True, False)], [AfterFin.CLOSE], id="upstream-cannot-half-close"),
+        pytest.param([("upstream", True, False)], [AfterFin.CLOSE], id="client-cannot-half-close"),
     ],
 )
-def test_tunnel_half_close(events: list[tuple[str, bool, bool]], ends: list[TunnelEnd]) -> None:
+def test_tunnel_half_close(events: list[tuple[str, bool, bool]], ends: list[AfterFin]) -> None:
     limits = TunnelLimits(0.0, 60.0, 3600.0)
     seen = []
     for side, checked, other_can in events:
