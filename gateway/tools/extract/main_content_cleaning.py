@@ -69,13 +69,17 @@ def remove_named_chrome(root: LexborNode) -> None:
     is one list of teasers) is not emptied. Innermost first, so the text of a box counts once:
     when its outer box goes, the inner one is already gone from it.
     """
-    budget = len(root.text(deep=True)) // 2
+    # Measured when the first box is met, before anything goes: most articles hold none, and
+    # reading the whole article's text was a quarter of this step.
+    budget = -1
     root_id = root.mem_id
     for node in reversed(root.css(NAMED_CHROME_SELECTOR)):
         if node.mem_id == root_id or node.tag not in NAMED_CHROME_TAGS:
             continue
         if not mentions(class_and_id(node), NAMED_CHROME):
             continue
+        if budget < 0:
+            budget = len(root.text(deep=True)) // 2
         chars = len(node.text(deep=True))
         if chars > budget:
             continue

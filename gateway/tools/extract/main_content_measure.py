@@ -103,7 +103,7 @@ def _measure_subtree(node: LexborNode) -> tuple[int, int]:
     # An empty join is no text node or only blank ones: the raw text tells them apart (the
     # parser never makes an empty text node).
     width = length + 1 if length or node.text(deep=True) else 0
-    linked = sum(len(anchor.text(deep=True, strip=True)) for anchor in node.css("a"))
+    linked = sum([len(anchor.text(deep=True, strip=True)) for anchor in node.css("a")])
     return width, linked
 
 
