@@ -39,7 +39,10 @@ chart: $(STAMP)
 	scripts/install-helm.sh
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest tests/chart
 
+# pip 23's resolver stops on readability-lxml's lxml[html-clean] (the extra named twice once
+# normalised); pip 24 and later resolve it.
 bench: $(STAMP)
+	$(BIN)/python -m pip install -q --upgrade 'pip>=24'
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/extract.py --pages ../shared/fixtures/pages --snippets ../shared/fixtures/snippet-pages
 
