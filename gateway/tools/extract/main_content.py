@@ -36,6 +36,7 @@ from gateway.tools.extract.main_content_words import (
     WIDE_SCRIPT,
     ClassWeights,
     Strictness,
+    comma_count,
     measure_text,
     mentions,
     reading_length,
@@ -56,6 +57,10 @@ MIN_PARAGRAPH_CHARS = 25
 # A block with more commas than this is a list of names or tags, not more of an article.
 MAX_VOTED_COMMAS = 20
 MAX_VOTE_LEVELS = 5
+# A block's length vote grows by one per 100 characters up to this length.
+LONGEST_VOTED_CHARS = 300
+# Raw text longer than this is judged long from its first this-many characters.
+LONG_RAW_CHARS = 2_000
 # A paragraph's vote is divided by these at its parent, grandparent, ... (Readability's 1, 2, 3 x level).
 VOTE_DIVIDERS = (1, 2, 6, 9, 12)
 TOP_CANDIDATES = 5
@@ -275,24 +280,30 @@ def score_candidates(body: LexborNode, strictness: Strictness) -> CandidateScore
             continue
         if size < MIN_PARAGRAPH_CHARS and WIDE_SCRIPT.search(raw) is None:
             continue
-        _vote(scores, " ".join(raw.split()), element.parent)
+        _vote(scores, raw, element.parent)
     # Text written straight into a div beside its blocks (paragraphs split by <br><br> under
     # an image box) is paragraphs too: Readability wraps such runs in <p>; they vote as
     # paragraphs whose parent is the div.
     for div in with_blocks:
         own = div.text(deep=False)
         if len(own) >= MIN_PARAGRAPH_CHARS and not own.isspace():
-            _vote(scores, " ".join(own.split()), div)
+            _vote(scores, own, div)
     return scores
 
 
-def _vote(scores: CandidateScores, text: str, parent: LexborNode | None) -> None:
+def _vote(scores: CandidateScores, raw: str, parent: LexborNode | None) -> None:
     """A paragraph's vote for its ancestors, less for each level further up."""
-    # Measured in Latin-equivalent characters: twenty Chinese characters are a sentence.
-    length, commas = measure_text(text)
-    if length < MIN_PARAGRAPH_CHARS:
-        return
-    vote = 1 + min(commas, MAX_VOTED_COMMAS) + min(length // 100, 3)
+    if len(raw) > LONG_RAW_CHARS and len(" ".join(raw[:LONG_RAW_CHARS].split())) >= LONGEST_VOTED_CHARS:
+        # A long block (a layout cell around a whole page: 100,000 characters) earns the full
+        # length vote from its first characters, so the rest is not collapsed and measured;
+        # commas are never whitespace, so the raw text holds the collapsed text's.
+        length, commas = LONGEST_VOTED_CHARS, comma_count(raw)
+    else:
+        # Measured in Latin-equivalent characters: twenty Chinese characters are a sentence.
+        length, commas = measure_text(" ".join(raw.split()))
+        if length < MIN_PARAGRAPH_CHARS:
+            return
+    vote = 1 + min(commas, MAX_VOTED_COMMAS) + min(length // 100, LONGEST_VOTED_CHARS // 100)
     score = scores.score
     for level, key in enumerate(scores.voted_ancestors(parent)):
         score[key] += vote / VOTE_DIVIDERS[level]
