@@ -29,6 +29,7 @@ from gateway.memo import BoundedMemo
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog, client_fields, new_connection_id
 from gateway.observe.loop_metrics import CounterChild
+from gateway.observe.verdicts import verdict_of_failure
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.sni import MAX_PEEK_BYTES
@@ -137,7 +138,7 @@ class TransparentListener:
         client: Mapping[str, Any] | None = None,
         **extra: str,
     ) -> None:
-        self.count("deny", str(error.code))
+        self.count(verdict_of_failure(str(error.code), error.rule), str(error.code))
         self.audit.decision(
             kind=KIND,
             principal=principal,
@@ -407,7 +408,6 @@ class TransparentConnection(asyncio.Protocol):
         except GatewayError as error:
             listener.tunnels.release(principal.name)
             listener.record_allow(principal, target, self.original, self.audit_fields)
-            listener.count("error", str(error.code))
             listener.audit.never_opened(
                 kind=KIND,
                 principal=principal.name,

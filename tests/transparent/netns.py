@@ -279,6 +279,11 @@ class Topology:
             lines = self.audit()
         return lines
 
+    def metrics(self) -> str:
+        """The gateway's /metrics, read from inside the pod (root's loopback is never redirected)."""
+        url = "http://127.0.0.1:9090/metrics"
+        return _run(["ip", "netns", "exec", self.pod, "curl", "-sS", "--max-time", "5", url]).stdout
+
     def schema_errors(self) -> list[str]:
         from tests.harness.audit_schema import file_errors  # noqa: PLC0415
 

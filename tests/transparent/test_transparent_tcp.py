@@ -3,6 +3,7 @@ the gateway, which decides on the name the connection itself carries."""
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import time
@@ -131,6 +132,19 @@ def test_denied_name_is_refused_for_that_uid(pod: Topology) -> None:
     assert denied[-1]["principal"] == "research"
     assert denied[-1]["code"] == "policy_denied"
     assert denied[-1]["rule"] == "default_deny"
+
+
+def test_verdict_counts_use_the_audit_vocabulary_when_a_dial_fails(pod: Topology) -> None:
+    # TLS to an allowed name on a port where nothing listens: the policy allowed it, the dial failed.
+    result = pod.curl("https://code.example.net:80/", "--resolve", f"code.example.net:80:{OTHER_V4}", uid=CODER_UID)
+    assert result.returncode != 0
+    lines = pod.wait_audit(lambda line: line.get("port") == 80 and line.get("close_reason") == "connect_failure")
+    (close,) = [c for c in _transparent(lines, "close") if c.get("port") == 80 and c.get("host") == "code.example.net"]
+    assert close["close_reason"] == "connect_failure"
+    counted = re.findall(r"^egress_gateway_decisions_total\{([^}]*)\}", pod.metrics(), re.MULTILINE)
+    verdicts = {re.search(r'decision="([^"]*)"', labels)[1] for labels in counted if 'kind="transparent"' in labels}  # type: ignore[index]
+    assert "allow" in verdicts
+    assert verdicts <= {"allow", "deny", "would_deny", "none"}
 
 
 def test_two_uids_get_their_own_principals(pod: Topology) -> None:
