@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.egress.connect import open_pinned_connection
+from gateway.egress.dial_deadline import DialDeadline
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
@@ -152,8 +153,9 @@ class TunnelOpener:
             raise
         return TunnelRequest(principal, authority.host, port, target, loaded, client or {})
 
-    async def dial(self, request: TunnelRequest) -> DialedUpstream:
-        """The decision if DNS had to be asked, then the pinned dial. A refusal or a failed dial is
+    async def dial(self, request: TunnelRequest, deadline: DialDeadline | None = None) -> DialedUpstream:
+        """The decision if DNS had to be asked, then the pinned dial (each attempt bounded by
+        `deadline`, the client connection's own, else a loop timer). A refusal or a failed dial is
         recorded, the reservation released, and the error raised."""
         loaded = request.loaded
         principal = request.principal
@@ -166,6 +168,7 @@ class TunnelOpener:
                 target,
                 UpstreamTunnelProtocol,
                 timeout_s=loaded.policy.proxy.connect_timeout_s,
+                deadline=deadline,
             )
             _CONNECT_LATENCY.observe(time.perf_counter() - started)
         except GatewayError as error:
