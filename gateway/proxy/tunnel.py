@@ -384,18 +384,16 @@ class Tunnel:
             _UP.inc(self.bytes_up)
         if self.bytes_down:
             _DOWN.inc(self.bytes_down)
-        self.audit.connection_closed(
-            kind=self.kind,
-            principal=self.principal.name,
-            host=self.connect_host,
-            port=self.port,
+        self.audit.tunnel_closed(
+            self.kind,
+            self.principal.name,
+            self.target,
+            address=self.address,
+            client=self.audit_fields,
             bytes_up=self.bytes_up,
             bytes_down=self.bytes_down,
             duration_s=duration,
             reason=reason,
-            target=self.target,
-            address=self.address,
-            **self.audit_fields,
         )
         self.owner.tunnel_closed(self)
 
