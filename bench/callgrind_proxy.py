@@ -37,7 +37,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.proxy import NAME, ORIGIN_IP, free_port, start_nginx, wait_port  # noqa: E402
+from proxy import NAME, ORIGIN_IP, free_port, start_nginx, wait_port  # noqa: E402 - bench/proxy.py, beside this file
+
 from tests.harness.dns import FakeDNS  # noqa: E402
 
 WARM_OPERATIONS = 200
