@@ -141,6 +141,13 @@ def client_fields(peer: object) -> dict[str, Any]:
     return {}
 
 
+def connection_fields(peer: object) -> dict[str, Any]:
+    """A new client connection's audit fields: its `conn` id, then `client_fields(peer)`, in one dict."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return {"conn": new_connection_id(), "client_ip": str(peer[0]), "client_port": int(peer[1])}
+    return {"conn": new_connection_id()}
+
+
 def new_connection_id() -> str:
     """An id unique across gateway processes (random per process) and cheap (a counter)."""
     return f"{_PROCESS_TAG}-{next(_SEQUENCE):x}"

@@ -27,7 +27,7 @@ from typing import Any
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog, client_fields, new_connection_id
+from gateway.observe.audit import AuditLog, connection_fields
 from gateway.proxy.connection_deadlines import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
 from gateway.proxy.deadline import DeadlineWheel, LazyDeadline
 from gateway.proxy.decision_caches import ProxyDecisions
@@ -193,7 +193,7 @@ class ClientConnection(asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without subclassing it (no typing.cast:
         # it is a Python call on every connection).
         self.transport = transport  # type: ignore[assignment]
-        self.audit_fields = {"conn": new_connection_id(), **client_fields(transport.get_extra_info("peername"))}
+        self.audit_fields = connection_fields(transport.get_extra_info("peername"))
         self.server.connections.add(self)
         self._limits.accepted(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
         self._deadline.set_at(self._limits.at)
