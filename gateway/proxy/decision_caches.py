@@ -22,7 +22,7 @@ from gateway.memo import BoundedMemo
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.observe.loop_metrics import CounterChild
-from gateway.observe.verdicts import verdict_of_failure
+from gateway.observe.verdicts import rule_for_code, verdict_of_failure
 from gateway.policy.decide import authenticate
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.exchange import ForwardExchange
@@ -177,7 +177,10 @@ class ProxyDecisions:
         method: str | None = None,
         path: str | None = None,
         client: Mapping[str, Any] | None = None,
+        original_dst: str | None = None,
     ) -> None:
+        """The allow (or report mode's would_deny) line and count of every surface's decision:
+        CONNECT, plain HTTP, and a transparent connection (which adds the `original_dst` it dialed)."""
         kind = self.kind_override or kind
         would = target.would_deny
         record: dict[str, object] = {
@@ -189,6 +192,7 @@ class ProxyDecisions:
             "port": target.port,
             "addresses": target.address_texts,
         }
+        rule = target.rule
         if would is None:
             self.count_decision(kind, "allow", "none")
             record["decision"] = "allow"
@@ -197,15 +201,19 @@ class ProxyDecisions:
             record["decision"] = "would_deny"
             record["code"] = str(would.code)
             record["reason"] = would.message
+            # As `AuditLog.decision` does for every refusal: one without a rule names its check.
+            rule = rule or rule_for_code(str(would.code))
         record["generation"] = target.generation
-        if target.rule is not None:
-            record["rule"] = target.rule
+        if rule is not None:
+            record["rule"] = rule
             if target.rule_pattern is not None:
                 record["rule_pattern"] = target.rule_pattern
         if method is not None:
             record["method"] = method
         if path is not None:
             record["path"] = path
+        if original_dst is not None:
+            record["original_dst"] = original_dst
         if client:
             record.update(client)
         self.audit.write_record(record)
@@ -221,7 +229,11 @@ class ProxyDecisions:
         generation: int,
         client: Mapping[str, Any] | None = None,
         claimed: str | None = None,
+        original_dst: str | None = None,
+        **extra: Any,
     ) -> None:
+        """The refusal line and count of every surface's decision; `extra` fields (a transparent
+        connection's `seen`) come last."""
         kind = self.kind_override or kind
         self.count_decision(kind, verdict_of_failure(str(error.code), error.rule), str(error.code))
         self.audit.decision(
@@ -236,5 +248,7 @@ class ProxyDecisions:
             rule=error.rule,
             rule_pattern=error.rule_pattern,
             claimed_principal=claimed if error.code == ErrorCode.AUTH_REQUIRED else None,
+            original_dst=original_dst,
             **(client or {}),
+            **extra,
         )
