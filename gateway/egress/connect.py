@@ -16,6 +16,7 @@ from typing import TypeVar
 import certifi
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from gateway.egress.dial_deadline import DialDeadline, LoopTimerDeadline
 from gateway.egress.io_errors import io_error
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
@@ -78,26 +79,29 @@ async def open_pinned_connection(
     protocol_factory: Callable[[], P],
     *,
     timeout_s: float,
+    deadline: DialDeadline | None = None,
 ) -> tuple[asyncio.Transport, P, str]:
     """Dial the vetted addresses in order; return the first that answers and the address used.
 
-    Each address gets `timeout_s`.
+    Each address gets `timeout_s`, kept by `deadline` (the caller's own timer, which cancels this
+    task when an attempt's time passes) or else by a loop timer.
     """
     task = asyncio.current_task()
     assert task is not None, "dial from a task: the timeout cancels it"
     loop = task.get_loop()
+    if deadline is None:
+        deadline = LoopTimerDeadline(task)
     last: GatewayError | None = None
     for text in target.address_texts:
-        # A timer that cancels this task rather than an `asyncio.timeout` block: the same
-        # outcome with one TimerHandle and no context object, on the path of every tunnel setup.
-        expired: list[bool] = []
+        # A cancellation of this task rather than an `asyncio.timeout` block: the same outcome
+        # with no context object, on the path of every tunnel setup.
         cancelling = task.cancelling()
-        timer = loop.call_later(timeout_s, _expire_dial, task, expired)
+        deadline.start_dial_attempt(timeout_s)
         try:
             transport, protocol = await loop.create_connection(protocol_factory, host=text, port=target.port)
         except asyncio.CancelledError:
-            # Ours only if the timer fired and no one else asked for cancellation too.
-            if not expired or task.uncancel() > cancelling:
+            # Ours only if the deadline passed and no one else asked for cancellation too.
+            if not deadline.dial_timed_out or task.uncancel() > cancelling:
                 raise
             last = GatewayError(ErrorCode.CONNECT_FAILURE, f"connection to {target.name}:{target.port} timed out")
             continue
@@ -105,16 +109,11 @@ async def open_pinned_connection(
             last = io_error(exc, target)
             continue
         finally:
-            timer.cancel()
+            deadline.end_dial_attempt()
         # asyncio and uvloop already set TCP_NODELAY on every TCP transport they create.
         return transport, protocol, text
     assert last is not None
     raise last
-
-
-def _expire_dial(task: asyncio.Task[object], expired: list[bool]) -> None:
-    expired.append(True)
-    task.cancel()
 
 
 class PinnedResolver(AbstractResolver):

@@ -26,12 +26,13 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import orjson
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.memo import BoundedMemo
 from gateway.observe import metrics
 from gateway.observe.audit_sink import AuditSink
 from gateway.observe.verdicts import outcome_for_close, outcome_for_code, rule_for_code, verdict_of_failure
@@ -48,6 +49,8 @@ MAX_RETAINED_LINES = 10_000
 RETRY_INTERVAL_S = 1.0
 MAX_AGGREGATED_KEYS = 4096
 DEFAULT_AGGREGATE_S = 10.0
+# Decisions whose close-line members are kept serialized; cleared when full.
+MAX_PREPARED_TARGETS = 4096
 
 
 class DecidedTarget(Protocol):
@@ -61,6 +64,16 @@ class DecidedTarget(Protocol):
 
     @property
     def rule_pattern(self) -> str | None: ...
+
+
+class TunnelTarget(DecidedTarget, Protocol):
+    """What a tunnel's close line names of its target (the egress core's `PinnedTarget`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
 
 
 class _Clock:
@@ -103,6 +116,20 @@ _PROCESS_TAG = os.urandom(4).hex()
 _SEQUENCE = itertools.count(1)
 
 
+def _close_members(kind: str, principal: str, target: TunnelTarget) -> tuple[bytes, bytes]:
+    """A close line's members before its counts (`event` to `port`) and after its outcome
+    (`generation`, `rule`, `rule_pattern`, with a leading comma), as `connection_closed` orders them."""
+    head = json_members(
+        {"event": "close", "kind": kind, "principal": principal, "host": target.name, "port": target.port}
+    )
+    decided: dict[str, Any] = {"generation": target.generation}
+    if target.rule is not None:
+        decided["rule"] = target.rule
+        if target.rule_pattern is not None:
+            decided["rule_pattern"] = target.rule_pattern
+    return head, b"," + json_members(decided)
+
+
 def utc_timestamp(now: float | None = None) -> str:
     return _CLOCK.timestamp(time.time() if now is None else now)
 
@@ -114,9 +141,23 @@ def client_fields(peer: object) -> dict[str, Any]:
     return {}
 
 
+def connection_fields(peer: object) -> dict[str, Any]:
+    """A new client connection's audit fields: its `conn` id, then `client_fields(peer)`, in one dict."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return {"conn": new_connection_id(), "client_ip": str(peer[0]), "client_port": int(peer[1])}
+    return {"conn": new_connection_id()}
+
+
 def new_connection_id() -> str:
     """An id unique across gateway processes (random per process) and cheap (a counter)."""
     return f"{_PROCESS_TAG}-{next(_SEQUENCE):x}"
+
+
+def json_members(fields: Mapping[str, Any]) -> bytes:
+    """`fields` as the members of a JSON object without its braces (`"k":v,…`; the caller leaves
+    out None values), for `AuditLog.write_members`: members that repeat from line to line (a
+    decision's, a client's) are serialized once instead of built into a dict for every line."""
+    return orjson.dumps(fields, default=str)[1:-1]
 
 
 class AuditLog:
@@ -150,6 +191,11 @@ class AuditLog:
         self._aggregate_timer: asyncio.TimerHandle | None = None
         # Close lines count their outcome once per tunnel: labels() sorts and locks on every call.
         self._close_outcomes: dict[tuple[str, str], Any] = {}
+        # Per (kind, target): the target, its principal, and a close line's members that only
+        # depend on them (`tunnel_closed`). The target is held so its id is not reused meanwhile.
+        self._close_parts: BoundedMemo[tuple[str, int], tuple[TunnelTarget, str, bytes, bytes]] = BoundedMemo(
+            MAX_PREPARED_TARGETS
+        )
         metrics.AUDIT_WRITABLE.set(1)
 
     # state ------------------------------------------------------------------------------------
@@ -183,14 +229,24 @@ class AuditLog:
         now = record.pop("ts", None)
         self._append(record, now if isinstance(now, float) else time.time())
 
+    def write_members(self, members: bytes) -> None:
+        """A line from members already serialized (`json_members` parts joined by b","), `event`
+        first: the bytes `write_record` writes for the same fields."""
+        if self._sink is None:
+            return
+        self._append_line(_CLOCK.line_start(time.time()) + members + b"}\n")
+
     def _append(self, record: dict[str, Any], now: float) -> None:
         # The shared start as bytes, then the caller's fields without their opening brace: no
         # second dict per line on the proxy's hot path.
+        self._append_line(_CLOCK.line_start(now) + orjson.dumps(record, default=str, option=_NEWLINE)[1:])
+
+    def _append_line(self, line: bytes) -> None:
         pending = self._pending
         if self._failure is not None and len(pending) >= MAX_RETAINED_LINES:
             self._dropped += 1
             return
-        pending.append(_CLOCK.line_start(now) + orjson.dumps(record, default=str, option=_NEWLINE)[1:])
+        pending.append(line)
         if self._failure is not None:
             return  # the retry timer writes them
         if len(pending) == 1:
@@ -402,6 +458,59 @@ class AuditLog:
         else:
             record.update(extra)  # a tunnel's extras (address, conn, client) are all known
         self._append(record, time.time())
+
+    def tunnel_closed(
+        self,
+        kind: str,
+        principal: str,
+        target: TunnelTarget,
+        *,
+        address: str,
+        client: Mapping[str, Any],
+        bytes_up: int,
+        bytes_down: int,
+        duration_s: float,
+        reason: str,
+    ) -> None:
+        """A tunnel's close line: the line `connection_closed(host=target.name, port=target.port,
+        target=target, address=address, **client)` writes, byte for byte, without its keyword
+        dicts, and with the members that are the same for every tunnel of a decision serialized
+        once per decision."""
+        outcome = outcome_for_close(reason)
+        counter = self._close_outcomes.get((kind, outcome))
+        if counter is None:
+            counter = self._close_outcomes[(kind, outcome)] = metrics.OUTCOMES.labels(kind, outcome)
+        counter.inc()
+        if self._sink is None:
+            return
+        key = (kind, id(target))
+        parts = self._close_parts.get(key)
+        if parts is None or parts[0] is not target or parts[1] != principal:
+            parts = self._close_parts.put(key, (target, principal, *_close_members(kind, principal, target)))
+        counts = {
+            "bytes_up": bytes_up,
+            "bytes_down": bytes_down,
+            "duration_s": round(duration_s * 1e6) / 1e6,
+            "close_reason": reason,
+            "outcome": outcome,
+        }
+        if None in client.values():
+            client = {key: value for key, value in client.items() if value is not None}
+        self._append_line(
+            b"".join(
+                (
+                    _CLOCK.line_start(time.time()),
+                    parts[2],
+                    b",",
+                    json_members(counts),
+                    parts[3],
+                    b',"address":',
+                    orjson.dumps(address, default=str),
+                    b"," + json_members(client) if client else b"",
+                    b"}\n",
+                )
+            )
+        )
 
     def never_opened(
         self,

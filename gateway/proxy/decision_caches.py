@@ -20,7 +20,7 @@ from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog
+from gateway.observe.audit import AuditLog, json_members
 from gateway.observe.loop_metrics import CounterChild
 from gateway.observe.verdicts import rule_for_code, verdict_of_failure
 from gateway.policy.decide import authenticate
@@ -70,6 +70,11 @@ class ProxyDecisions:
         self._authorities: BoundedMemo[bytes, Authority] = BoundedMemo(MAX_CACHED_TARGETS)
         self._decision_counters: dict[tuple[str, str, str], CounterChild] = {}
         self._method_names: dict[bytes, str] = {}
+        # Per (kind, target): the target, its principal, the decision count and the allow line's
+        # members before the client's, serialized (`record_allow`).
+        self._allow_members: BoundedMemo[tuple[str, int], tuple[PinnedTarget, str, CounterChild, bytes]] = BoundedMemo(
+            MAX_CACHED_TARGETS
+        )
 
     def principal_for(self, loaded: LoadedPolicy, authorization: bytes | None) -> Principal:
         """Authenticate, caching successes per policy generation (hashing every token per request
@@ -161,12 +166,14 @@ class ProxyDecisions:
             )
 
     def count_decision(self, kind: str, decision: str, code: str) -> None:
-        kind = self.kind_override or kind
+        self._decision_counter(self.kind_override or kind, decision, code).inc()
+
+    def _decision_counter(self, kind: str, decision: str, code: str) -> CounterChild:
         key = (kind, decision, code)
         counter = self._decision_counters.get(key)
         if counter is None:
             counter = self._decision_counters[key] = metrics.DECISIONS.labels(kind, decision, code)
-        counter.inc()
+        return counter
 
     def record_allow(
         self,
@@ -182,9 +189,42 @@ class ProxyDecisions:
         """The allow (or report mode's would_deny) line and count of every surface's decision:
         CONNECT, plain HTTP, and a transparent connection (which adds the `original_dst` it dialed)."""
         kind = self.kind_override or kind
+        if method is not None or path is not None:
+            counter, record = self._allow_line(kind, principal, target)
+            counter.inc()
+            if method is not None:
+                record["method"] = method
+            if path is not None:
+                record["path"] = path
+            if original_dst is not None:
+                record["original_dst"] = original_dst
+            if client:
+                record.update(client)
+            self.audit.write_record(record)
+            return
+        # A CONNECT's (or a redirected connection's) line: all but the client's members are the
+        # same on every line of this decision, so they are serialized once per decision. The target
+        # is held with them: its id cannot be reused while the entry lives.
+        key = (kind, id(target))
+        prepared = self._allow_members.get(key)
+        if prepared is None or prepared[0] is not target or prepared[1] != principal.name:
+            counter, record = self._allow_line(kind, principal, target)
+            prepared = self._allow_members.put(key, (target, principal.name, counter, json_members(record)))
+        prepared[2].inc()
+        members = prepared[3]
+        if original_dst is not None:
+            # Per connection (the address the agent dialed), so never among the prepared members.
+            members = members + b"," + json_members({"original_dst": original_dst})
+        if client:
+            if None in client.values():
+                client = {name: value for name, value in client.items() if value is not None}
+            members = members + b"," + json_members(client)
+        self.audit.write_members(members)
+
+    def _allow_line(self, kind: str, principal: Principal, target: PinnedTarget) -> tuple[CounterChild, dict[str, Any]]:
+        """The decision count and the members of an allow line up to `rule_pattern`."""
         would = target.would_deny
-        record: dict[str, object] = {
-            "ts": time.time(),
+        record: dict[str, Any] = {
             "event": "decision",
             "kind": kind,
             "principal": principal.name,
@@ -194,10 +234,10 @@ class ProxyDecisions:
         }
         rule = target.rule
         if would is None:
-            self.count_decision(kind, "allow", "none")
+            counter = self._decision_counter(kind, "allow", "none")
             record["decision"] = "allow"
         else:
-            self.count_decision(kind, "would_deny", str(would.code))
+            counter = self._decision_counter(kind, "would_deny", str(would.code))
             record["decision"] = "would_deny"
             record["code"] = str(would.code)
             record["reason"] = would.message
@@ -208,15 +248,7 @@ class ProxyDecisions:
             record["rule"] = rule
             if target.rule_pattern is not None:
                 record["rule_pattern"] = target.rule_pattern
-        if method is not None:
-            record["method"] = method
-        if path is not None:
-            record["path"] = path
-        if original_dst is not None:
-            record["original_dst"] = original_dst
-        if client:
-            record.update(client)
-        self.audit.write_record(record)
+        return counter, record
 
     def record_deny(
         self,

@@ -164,7 +164,9 @@ class ForwardExchange:
             self.upstream.finish()
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: built per request, and a frozen dataclass sets each field through `object.__setattr__`
+# (6 k instructions more per request). Nothing mutates it.
+@dataclass(slots=True)
 class ParsedRequest:
     """A request head as the listener parsed it, waiting for its decision (or its pipeline turn)."""
 

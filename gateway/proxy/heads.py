@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -159,10 +160,27 @@ def connection_tokens(headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
     return named_by_connection([value for name, value in headers if name.lower() == b"connection"])
 
 
+NOTHING_NAMED: frozenset[bytes] = frozenset()
+# A Connection value this short is remembered: nearly every keep-alive response and many requests
+# carry one of a few (`keep-alive`, `close`), and splitting one costs 7 k instructions.
+MAX_REMEMBERED_CONNECTION_VALUE_BYTES = 64
+
+
 def named_by_connection(values: list[bytes]) -> frozenset[bytes]:
     """Header names listed by these Connection field values (lower-cased)."""
     if not values:
-        return frozenset()
+        return NOTHING_NAMED
+    if len(values) == 1 and len(values[0]) <= MAX_REMEMBERED_CONNECTION_VALUE_BYTES:
+        return _named_by_short_value(values[0])
+    return _named_by_values(values)
+
+
+@functools.lru_cache(maxsize=256)
+def _named_by_short_value(value: bytes) -> frozenset[bytes]:
+    return _named_by_values([value])
+
+
+def _named_by_values(values: list[bytes]) -> frozenset[bytes]:
     tokens: set[bytes] = set()
     for value in values:
         tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())

@@ -43,14 +43,16 @@ class UpstreamPool:
         self.wheel = wheel
         self._idle: dict[PoolKey, list[UpstreamConnection]] = {}
         self._count = 0
-        self._keys: BoundedMemo[tuple[str, tuple[object, ...], str, int], tuple[PoolKey, ...]] = BoundedMemo(
+        self._keys: BoundedMemo[tuple[str, tuple[str, ...], str, int], tuple[PoolKey, ...]] = BoundedMemo(
             MAX_CACHED_POOL_KEYS
         )
         self._sweeper = LazyDeadline(self._sweep, wheel)
 
     def _keys_for(self, principal: str, target: PinnedTarget) -> tuple[PoolKey, ...]:
-        # Formatting an IP address is slow in pure Python; a target's keys are formatted once.
-        lookup = (principal, target.addresses, target.name, target.port)
+        # Formatting an IP address is slow in pure Python; a target's keys are formatted once, and
+        # looked up by the addresses' text (hashing an `IPv4Address` runs Python code, a str's
+        # hash is cached).
+        lookup = (principal, target.address_texts, target.name, target.port)
         keys = self._keys.get(lookup)
         if keys is None:
             keys = self._keys.put(

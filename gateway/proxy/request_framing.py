@@ -25,7 +25,9 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.heads import FRAMING_FIELDS, MAX_HEAD_BYTES, MAX_HEADERS, MAX_URL_BYTES, named_by_connection
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, as the events of every request: a frozen dataclass sets each field through
+# `object.__setattr__`, 10 k instructions per request head here against 2 k. Nothing mutates them.
+@dataclass(slots=True)
 class RequestHead:
     """A complete request head (not CONNECT); its body and end follow as events."""
 
@@ -39,7 +41,7 @@ class RequestHead:
     keep_alive: bool  # this request's own intent (RFC 9112 section 9.3)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestBody:
     data: bytes
 

@@ -27,7 +27,7 @@ from typing import Any
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog, client_fields, new_connection_id
+from gateway.observe.audit import AuditLog, connection_fields
 from gateway.proxy.connection_deadlines import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
 from gateway.proxy.deadline import DeadlineWheel, LazyDeadline
 from gateway.proxy.decision_caches import ProxyDecisions
@@ -142,6 +142,7 @@ class ClientConnection(asyncio.Protocol):
         "_closed",
         "_connecting",
         "_deadline",
+        "_dial",
         "_early",
         "_exchange",
         "_framing",
@@ -151,6 +152,7 @@ class ClientConnection(asyncio.Protocol):
         "_receiving",
         "_tunnel",
         "audit_fields",
+        "dial_timed_out",
         "server",
         "transport",
     )
@@ -174,6 +176,9 @@ class ClientConnection(asyncio.Protocol):
         self._limits = ClientLimits()
         self._deadline = LazyDeadline(self._timeout, server.wheel)
         self._closed = False
+        # The CONNECT's dialing task; the wheel entry bounds its attempts (`DialDeadline`).
+        self._dial: asyncio.Task[None] | None = None
+        self.dial_timed_out = False
 
     @property
     def closed(self) -> bool:
@@ -188,7 +193,7 @@ class ClientConnection(asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without subclassing it (no typing.cast:
         # it is a Python call on every connection).
         self.transport = transport  # type: ignore[assignment]
-        self.audit_fields = {"conn": new_connection_id(), **client_fields(transport.get_extra_info("peername"))}
+        self.audit_fields = connection_fields(transport.get_extra_info("peername"))
         self.server.connections.add(self)
         self._limits.accepted(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
         self._deadline.set_at(self._limits.at)
@@ -237,7 +242,8 @@ class ClientConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.server.connections.discard(self)
-        self._deadline.cancel()
+        if not self._connecting:
+            self._deadline.cancel()  # while dialing, the entry still bounds the dial
         if self._tunnel is not None:
             self._tunnel.client_lost(exc)
             return
@@ -378,19 +384,34 @@ class ClientConnection(asyncio.Protocol):
         # data_received holds whatever arrives until the tunnel exists.
         self._connecting = True
         self._early += head.rest
-        spawn(self._open_tunnel(request), name="proxy-connect", loop=self.server.loop)
+        # Nothing is due until the dial's first attempt starts (a DNS lookup has its own timeout).
+        self._deadline.clear()
+        self._dial = spawn(self._open_tunnel(request), name="proxy-connect", loop=self.server.loop)
+
+    # DialDeadline (gateway.egress.dial_deadline): the connection's wheel entry, which has nothing
+    # else due while the CONNECT is dialed, bounds each attempt: no loop timer per dial.
+    def start_dial_attempt(self, timeout_s: float) -> None:
+        self.dial_timed_out = False
+        self._deadline.set_at(time.monotonic() + timeout_s)
+
+    def end_dial_attempt(self) -> None:
+        self._deadline.clear()
 
     async def _open_tunnel(self, request: TunnelRequest) -> None:
         opener = self.server.tunnels
         try:
-            dialed = await opener.dial(request)
+            dialed = await opener.dial(request, self)
         except GatewayError as error:
             self._connecting = False
-            if not self._closed:
+            self._dial = None
+            if self._closed:
+                self._deadline.cancel()
+            else:
                 self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
                 self._close()
             return
         self._connecting = False
+        self._dial = None
         if self._closed or self.server.draining:
             # While dialing, only a reset closes the client side (a FIN is answered as a half-close).
             opener.abandon(request, dialed, "shutdown" if self.server.draining else "client_reset")
@@ -462,6 +483,13 @@ class ClientConnection(asyncio.Protocol):
     def _timeout(self) -> None:
         if self._tunnel is not None:
             self._tunnel.deadline_check()  # the tunnel's idle time or lifetime
+            return
+        if self._connecting:
+            # An attempt of the dial outlived connect_timeout_s (even if the client has left: the
+            # dial must still end, with its audit lines): the dialer takes this as its timeout.
+            if self._dial is not None:
+                self.dial_timed_out = True
+                self._dial.cancel()
             return
         if self._closed:
             return

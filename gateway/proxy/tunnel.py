@@ -17,8 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from gateway.egress.target import PinnedTarget
 from gateway.observe import metrics
@@ -67,9 +66,11 @@ def sni_verdict(mode: SniMode, port: int, connect_host: str, host_is_ip: bool, p
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class DialedUpstream:
-    """A connected upstream for a tunnel: the decision it was dialed for and where it went."""
+class DialedUpstream(NamedTuple):
+    """A connected upstream for a tunnel: the decision it was dialed for and where it went.
+
+    A named tuple rather than a frozen dataclass: one is made per tunnel, and a frozen dataclass
+    sets each field through `object.__setattr__`."""
 
     transport: asyncio.Transport
     protocol: UpstreamTunnelProtocol
@@ -316,7 +317,8 @@ class Tunnel:
         return True
 
     def client_lost(self, exc: Exception | None) -> None:
-        self.close("client_reset" if exc is not None else "client_closed")
+        if not self.closed:  # usually closed already: the client's FIN or the upstream's ended it
+            self.close("client_reset" if exc is not None else "client_closed")
 
     # upstream → client -------------------------------------------------------------------------
     def from_upstream(self, buffer: bytearray, nbytes: int) -> None:
@@ -351,7 +353,8 @@ class Tunnel:
         return True
 
     def upstream_lost(self, exc: Exception | None) -> None:
-        self.close("upstream_reset" if exc is not None else "upstream_closed")
+        if not self.closed:
+            self.close("upstream_reset" if exc is not None else "upstream_closed")
 
     # lifecycle ---------------------------------------------------------------------------------
     def deadline_check(self) -> None:
@@ -384,18 +387,16 @@ class Tunnel:
             _UP.inc(self.bytes_up)
         if self.bytes_down:
             _DOWN.inc(self.bytes_down)
-        self.audit.connection_closed(
-            kind=self.kind,
-            principal=self.principal.name,
-            host=self.connect_host,
-            port=self.port,
+        self.audit.tunnel_closed(
+            self.kind,
+            self.principal.name,
+            self.target,
+            address=self.address,
+            client=self.audit_fields,
             bytes_up=self.bytes_up,
             bytes_down=self.bytes_down,
             duration_s=duration,
             reason=reason,
-            target=self.target,
-            address=self.address,
-            **self.audit_fields,
         )
         self.owner.tunnel_closed(self)
 

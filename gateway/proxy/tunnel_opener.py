@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from gateway.egress.connect import open_pinned_connection
+from gateway.egress.dial_deadline import DialDeadline
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
@@ -34,11 +35,11 @@ LIMIT_RETRY_AFTER_S = 1.0
 _CONNECT_LATENCY = metrics.CONNECT_SECONDS.labels("connect")
 
 
-@dataclass(frozen=True, slots=True)
-class TunnelRequest:
+class TunnelRequest(NamedTuple):
     """A CONNECT that passed principal, authority and limits (counted), with its decision when
     cached state sufficed (`target`), else None: `dial` then asks `EgressCore.pin`, and the
-    decision travels on in the `DialedUpstream` it returns."""
+    decision travels on in the `DialedUpstream` it returns. (A named tuple: one is made per
+    tunnel, and a frozen dataclass sets each field through `object.__setattr__`.)"""
 
     principal: Principal
     host: VettedHost
@@ -46,7 +47,7 @@ class TunnelRequest:
     target: PinnedTarget | None
     loaded: LoadedPolicy
     # The client connection's `conn`, `client_ip` and `client_port`, on each of its audit lines.
-    client: Mapping[str, Any] = field(default_factory=dict)
+    client: Mapping[str, Any] = MappingProxyType({})
 
 
 class TunnelOpener:
@@ -152,8 +153,9 @@ class TunnelOpener:
             raise
         return TunnelRequest(principal, authority.host, port, target, loaded, client or {})
 
-    async def dial(self, request: TunnelRequest) -> DialedUpstream:
-        """The decision if DNS had to be asked, then the pinned dial. A refusal or a failed dial is
+    async def dial(self, request: TunnelRequest, deadline: DialDeadline | None = None) -> DialedUpstream:
+        """The decision if DNS had to be asked, then the pinned dial (each attempt bounded by
+        `deadline`, the client connection's own, else a loop timer). A refusal or a failed dial is
         recorded, the reservation released, and the error raised."""
         loaded = request.loaded
         principal = request.principal
@@ -166,6 +168,7 @@ class TunnelOpener:
                 target,
                 UpstreamTunnelProtocol,
                 timeout_s=loaded.policy.proxy.connect_timeout_s,
+                deadline=deadline,
             )
             _CONNECT_LATENCY.observe(time.perf_counter() - started)
         except GatewayError as error:

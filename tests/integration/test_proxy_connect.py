@@ -347,6 +347,60 @@ async def test_a_dial_cancelled_from_outside_stays_cancelled_not_a_timeout() -> 
             sock.close()
 
 
+def _unanswering_origin(origins: OriginFactory) -> tuple[socket.socket, list[socket.socket]]:
+    """`_unanswering_listener` on an origin address of its own (the gateway's own 127.0.0.1 is denied)."""
+    listener = socket.socket()
+    listener.bind((origins.next_ip(), 0))
+    listener.listen(0)
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(listener.getsockname())
+        fillers.append(filler)
+    return listener, fillers
+
+
+@pytest.mark.parametrize("leaves", [False, True], ids=["client-waits", "client-resets-while-dialing"])
+def test_a_connect_whose_dial_gets_no_answer_is_refused_after_connect_timeout_with_its_audit_lines(
+    proxy_factory: ProxyFactory, origins: OriginFactory, fake_dns: FakeDNS, leaves: bool
+) -> None:
+    # The proxy bounds its dial with the client connection's deadline-wheel entry, not a loop
+    # timer: the attempt must still end at connect_timeout_s, also once the client has gone.
+    listener, fillers = _unanswering_origin(origins)
+    ip, port = listener.getsockname()
+    try:
+        fake_dns.add("hang.example.org", ip)
+        proxy = proxy_factory(proxy_policy([f"{ip}/32"], ports=[port], proxy={"connect_timeout_s": 0.3}))
+        authority = f"hang.example.org:{port}"
+        started = time.monotonic()
+        sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        with sock:
+            sock.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+            if leaves:
+                time.sleep(0.1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            else:
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+                assert answer.startswith(b"HTTP/1.1 502 "), answer
+                assert b"X-Egress-Code: connect_failure" in answer
+                assert b"timed out" in answer
+                assert time.monotonic() - started < 3.0
+        lines = proxy.wait_audit(
+            lambda lines: any(line["event"] == "close" and line["host"] == "hang.example.org" for line in lines),
+            timeout_s=10.0,
+        )
+        mine = [line for line in lines if line.get("host") == "hang.example.org"]
+        assert [line["event"] for line in mine] == ["decision", "close"], lines
+        assert mine[0]["decision"] == "allow"
+        assert mine[1]["close_reason"] == "connect_failure"
+    finally:
+        for each in [listener, *fillers]:
+            each.close()
+
+
 def _random_app(total: int) -> web.Application:
     async def random_bytes(request: web.Request) -> web.StreamResponse:
         seed = int(request.query["seed"])

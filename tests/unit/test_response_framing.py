@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import httptools
 import pytest
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.proxy.heads import HOP_BY_HOP
 from gateway.proxy.response_framing import ResponseFraming
 
 
@@ -228,3 +230,63 @@ def test_the_final_head_names_the_gateways_id_and_never_the_origins() -> None:
     assert b"X-Egress-Id: c-1\r\n" in final
     assert b"forged" not in final
     assert framing.status == 404
+
+
+def _head_field_by_field(head: bytes, id_field: bytes) -> bytes:
+    """The relayed head built the plain way, one httptools `on_header` call per field: the
+    reference the whole-head reading in `ResponseFraming` must match byte for byte."""
+
+    class Fields:
+        def __init__(self) -> None:
+            self.fields: list[tuple[bytes, bytes]] = []
+            self.reason = b""
+
+        def on_status(self, reason: bytes) -> None:
+            self.reason += reason
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self.fields.append((name, value))
+
+    seen = Fields()
+    parser = httptools.HttpResponseParser(seen)
+    parser.feed_data(head)
+    connection = [value for name, value in seen.fields if name.lower() == b"connection"]
+    named = {token.strip().lower() for value in connection for token in value.split(b",")}
+    lines = [b"HTTP/1.1 %d %b\r\n" % (parser.get_status_code(), seen.reason)]
+    for name, value in seen.fields:
+        lowered = name.lower()
+        if lowered in HOP_BY_HOP or lowered in named or lowered.startswith(b"proxy-"):
+            continue
+        if lowered == b"x-egress-id" and id_field:
+            continue
+        lines.append(name + b": " + value + b"\r\n")
+    return b"".join(lines) + id_field + b"\r\n"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param(b"X-A: 1\r\n", id="plain"),
+        pytest.param(b"X-A:\t\t1\r\nX-B:1\r\nX-C:   1\r\n", id="leading-whitespace-dropped"),
+        pytest.param(b"X-A: 1 \t \r\n", id="trailing-whitespace-kept"),
+        pytest.param(b"X-A:\r\nX-B: \r\n", id="empty-values"),
+        pytest.param(b"Set-Cookie: a=1\r\nSet-Cookie: b=2\r\n", id="repeated-field-kept-twice"),
+        pytest.param(b"Date: Tue, 01 Dec 2026 16:04:45 GMT\r\nX-A: a:b: c\r\n", id="colons-in-values"),
+        pytest.param(
+            b"CONNECTION: Keep-Alive\r\nkeep-alive: timeout=5\r\nTE: x\r\nTrailer: X-T\r\nUPGRADE: h2c\r\n",
+            id="hop-by-hop-any-case",
+        ),
+        pytest.param(b"Proxy-Authenticate: Basic\r\nproxy-connection: close\r\nPROXY-X: 1\r\n", id="proxy-fields"),
+        pytest.param(b"Connectionx: 1\r\nTEx: 1\r\nProxy: 1\r\nX-Proxy-A: 1\r\nx-te: 1\r\n", id="lookalike-names-kept"),
+        pytest.param(
+            b"X-Hop: 1\r\nConnection: close, x-hop\r\nconnection: X-Other\r\nX-OTHER: 2\r\n", id="named-fields"
+        ),
+        pytest.param(b"X-Egress-Id: forged\r\nx-egress-id: forged\r\n", id="origin-egress-id"),
+    ],
+)
+@pytest.mark.parametrize("id_field", [b"", b"X-Egress-Id: c-1\r\n"], ids=["no-id", "with-id"])
+def test_the_relayed_head_is_the_one_built_field_by_field(fields: bytes, id_field: bytes) -> None:
+    head = b"HTTP/1.1 200 Fine: yes\r\n" + fields + b"Content-Length: 0\r\n\r\n"
+    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False, id_field=id_field)
+    framing.feed(head)
+    assert framing.take_output() == _head_field_by_field(head, id_field)

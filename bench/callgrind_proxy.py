@@ -1,0 +1,197 @@
+"""User-space instructions per proxy operation under callgrind: deterministic where CPU time is not.
+
+Runs the gateway's proxy (`bench/proxy.py --serve-gateway`, the bench's wiring: full policy path,
+DNS cache, audit to a file, metrics) under `valgrind --tool=callgrind` with nginx and the fake DNS
+as `bench/proxy.py` sets them up, warms it (200 tunnels, 200 requests), then counts the
+instructions the process executes for `--tunnels` sequential CONNECT → 200 → close (one client
+socket at a time, no TLS through the tunnel) and for `--requests` keep-alive `GET /1k` on one
+connection, and prints them per operation. Repeated runs of one tree agree within about ±3 k
+instructions per tunnel, so two trees can be compared where CPU time on a shared machine cannot.
+Sequential tunnels flush the audit buffer about once per tunnel, so its share is overstated.
+
+    .venv/bin/python bench/callgrind_proxy.py [--tree DIR ...] [--tunnels 1000] [--requests 1000]
+
+Each `--tree` (default: this checkout) is measured in turn, in its own gateway process; pass
+frozen copies (`cp -r`) of the trees to compare, not a tree being edited. `--python` is the
+interpreter run under valgrind (default this one). Needs root (nginx binds :80/:443 on
+BENCH_ORIGIN_IP, default 127.0.0.2), nginx and valgrind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trustme
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from proxy import NAME, ORIGIN_IP, free_port, start_nginx, wait_port  # noqa: E402 - bench/proxy.py, beside this file
+
+from tests.harness.dns import FakeDNS  # noqa: E402
+
+WARM_OPERATIONS = 200
+# The gateway starts about 50 times slower under valgrind.
+START_TIMEOUT_S = 300.0
+BODY_1K = 1024
+DUMP_TIMEOUT_S = 30.0
+
+
+def policy_text() -> str:
+    return yaml.safe_dump(
+        {
+            "version": 1,
+            "defaults": {"ports": [80, 443], "allow_cidrs": [f"{ORIGIN_IP}/32"]},
+            "principals": {"default": {"egress": {"allow_domains": ["*.example.org"]}}},
+            "proxy": {"max_tunnels_per_principal": 4096, "max_tunnels_total": 8192},
+        }
+    )
+
+
+def tunnels(port: int, count: int) -> None:
+    request = f"CONNECT {NAME}:443 HTTP/1.1\r\nHost: {NAME}:443\r\n\r\n".encode()
+    for _ in range(count):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(request)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    raise RuntimeError(f"tunnel refused: {data!r}")
+                data += chunk
+            if b" 200 " not in data.split(b"\r\n", 1)[0]:
+                raise RuntimeError(f"tunnel refused: {data!r}")
+
+
+def requests(port: int, count: int) -> None:
+    request = f"GET http://{NAME}/1k HTTP/1.1\r\nHost: {NAME}\r\n\r\n".encode()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        for _ in range(count):
+            sock.sendall(request)
+            data = b""
+            while not (b"\r\n\r\n" in data and len(data.split(b"\r\n\r\n", 1)[1]) >= BODY_1K):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise RuntimeError(f"request failed: {data!r}")
+                data += chunk
+
+
+class Callgrind:
+    """The gateway under callgrind, its counters zeroed and dumped through `callgrind_control`."""
+
+    def __init__(self, tree: Path, python: str, work: Path, nameserver: str) -> None:
+        self.work = work
+        self.port = free_port()
+        (work / "policy.yaml").write_text(policy_text())
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            # Names in full in every dump: a later dump may not repeat what an earlier one defined.
+            "--compress-strings=no",
+            f"--callgrind-out-file={work}/cg.%p",
+            python,
+            str(tree / "bench" / "proxy.py"),
+            "--serve-gateway",
+            str(work / "policy.yaml"),
+            nameserver,
+            str(work / "audit.log"),
+            str(self.port),
+        ]
+        with open(work / "gateway.err", "wb") as err:
+            self.proc = subprocess.Popen(command, stderr=err, stdout=subprocess.DEVNULL)
+        wait_port(self.port, timeout_s=START_TIMEOUT_S)
+
+    def zero(self) -> None:
+        subprocess.run(["callgrind_control", "--zero", str(self.proc.pid)], capture_output=True, check=True)
+
+    def instructions(self, keep: Path | None = None) -> int:
+        """Instructions since the last `zero` (dumped to a file and read back; copied to `keep`)."""
+        for path in glob.glob(f"{self.work}/cg.*"):
+            os.remove(path)
+        subprocess.run(["callgrind_control", "--dump", str(self.proc.pid)], capture_output=True, check=True)
+        deadline = time.monotonic() + DUMP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            total = 0
+            for path in glob.glob(f"{self.work}/cg.*"):
+                for line in Path(path).read_text().splitlines():
+                    if line.startswith(("summary:", "totals:")):
+                        total = max(total, int(line.split()[1]))
+            if total:
+                if keep is not None:
+                    for path in glob.glob(f"{self.work}/cg.*"):
+                        shutil.copy(path, keep)
+                return total
+            time.sleep(0.2)
+        raise RuntimeError("callgrind wrote no dump")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def measure(tree: Path, python: str, nameserver: str, tunnel_count: int, request_count: int, keep: Path | None) -> str:
+    work = Path(tempfile.mkdtemp(prefix="cg-proxy-"))
+    work.chmod(0o777)
+    gateway = Callgrind(tree, python, work, nameserver)
+    try:
+        tunnels(gateway.port, WARM_OPERATIONS)
+        requests(gateway.port, WARM_OPERATIONS)
+        parts = [str(tree)]
+        if tunnel_count:
+            gateway.zero()
+            tunnels(gateway.port, tunnel_count)
+            parts.append(f"{gateway.instructions(keep) / tunnel_count / 1000:.1f} k instructions per tunnel")
+        if request_count:
+            gateway.zero()
+            requests(gateway.port, request_count)
+            parts.append(f"{gateway.instructions() / request_count / 1000:.1f} k per HTTP request")
+        return ": ".join(parts[:1]) + ": " + ", ".join(parts[1:])
+    finally:
+        gateway.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--tree", action="append", type=Path, help="a checkout to measure (repeatable)")
+    parser.add_argument("--tunnels", type=int, default=1000)
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--keep-dump", type=Path, help="copy the tunnels' callgrind dump here (for callgrind_annotate)")
+    args = parser.parse_args()
+    trees: list[Path] = args.tree or [REPO]
+    work = Path(tempfile.mkdtemp(prefix="cg-origin-"))
+    work.chmod(0o777)
+    ca = trustme.CA()
+    dns = FakeDNS().start()
+    dns.add(NAME, ORIGIN_IP, ttl=300)
+    nginx = start_nginx(work, ca)
+    try:
+        for tree in trees:
+            started = time.monotonic()
+            line = measure(tree.resolve(), args.python, dns.nameserver, args.tunnels, args.requests, args.keep_dump)
+            print(f"{line} ({time.monotonic() - started:.0f} s)", flush=True)
+    finally:
+        nginx.send_signal(signal.SIGTERM)
+        nginx.wait(10)
+        dns.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""A tunnel's allow and close lines built from members serialized once are the generic lines, byte for byte."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.egress.target import PinnedTarget
+from gateway.errors import ErrorCode, GatewayError
+from gateway.observe import metrics
+from gateway.observe.audit import AuditLog, new_connection_id
+from gateway.policy.model import Principal
+from gateway.proxy.decision_caches import ProxyDecisions
+from gateway.vet.urls import vet_host
+
+CLIENT = {"conn": new_connection_id(), "client_ip": "127.0.0.9", "client_port": 40123}
+
+
+def _target(
+    rule: str | None = "allow_domains[0]",
+    pattern: str | None = "*.example.org",
+    would_deny: GatewayError | None = None,
+    generation: int = 3,
+) -> PinnedTarget:
+    addresses = (ipaddress.ip_address("127.0.0.3"), ipaddress.ip_address("::1"))
+    return PinnedTarget(vet_host("bench.example.org"), 443, addresses, generation, 0.0, would_deny, rule, pattern)
+
+
+def _bodies(path: Path) -> list[bytes]:
+    """Each line without its `time` member, which differs by the microsecond it was written."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    return [line.split(b",", 1)[1] for line in lines]
+
+
+TARGETS = [
+    pytest.param(_target(), id="rule-and-pattern"),
+    pytest.param(_target(pattern=None), id="rule-without-pattern"),
+    pytest.param(_target(rule=None, pattern=None), id="no-rule"),
+    pytest.param(
+        _target(would_deny=GatewayError(ErrorCode.POLICY_DENIED, "not on the list"), rule="report", pattern=None),
+        id="report-mode-would-deny",
+    ),
+]
+CLIENTS = [
+    pytest.param(CLIENT, id="client-known"),
+    pytest.param({}, id="no-client"),
+    pytest.param({"conn": "x-1", "client_ip": None}, id="client-with-a-none"),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_tunnels_close_line_is_the_generic_close_line(
+    tmp_path: Path, target: PinnedTarget, client: dict[str, Any]
+) -> None:
+    path = tmp_path / "audit.log"
+    audit = AuditLog(str(path))
+    fields: dict[str, Any] = {"bytes_up": 517, "bytes_down": 4096, "duration_s": 0.0123456789, "reason": "client_reset"}
+    for _ in range(2):  # the second line comes from the members kept for this decision
+        audit.tunnel_closed("connect", "agent", target, address="127.0.0.3", client=client, **fields)
+    audit.connection_closed(
+        kind="connect",
+        principal="agent",
+        host=target.name,
+        port=target.port,
+        target=target,
+        address="127.0.0.3",
+        **fields,
+        **client,
+    )
+    audit.close()
+    prepared, again, generic = _bodies(path)
+    assert prepared == generic
+    assert again == generic
+
+
+def test_a_close_line_follows_its_own_decision_not_an_earlier_ones(tmp_path: Path) -> None:
+    path = tmp_path / "audit.log"
+    audit = AuditLog(str(path))
+    for target in (_target(generation=3), _target(generation=4, rule=None, pattern=None)):
+        audit.tunnel_closed(
+            "connect",
+            "agent",
+            target,
+            address="127.0.0.3",
+            client=CLIENT,
+            bytes_up=0,
+            bytes_down=0,
+            duration_s=0.0,
+            reason="client_closed",
+        )
+    audit.close()
+    first, second = _bodies(path)
+    assert b'"generation":3,"rule":"allow_domains[0]"' in first
+    assert b'"generation":4,"address"' in second
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_connect_allow_line_is_the_generic_decision_line_and_counted_each_time(
+    tmp_path: Path, target: PinnedTarget, client: dict[str, Any]
+) -> None:
+    path = tmp_path / "audit.log"
+    audit = AuditLog(str(path))
+    decisions = ProxyDecisions(audit)
+    verdict, code = ("allow", "none") if target.would_deny is None else ("would_deny", "policy_denied")
+    counter = metrics.DECISIONS.labels("connect", verdict, code)
+    counted = counter.value
+    for _ in range(2):  # the second line comes from the members kept for this decision
+        decisions.record_allow("connect", Principal("agent"), target, client=client)
+    expected: dict[str, Any] = {
+        "event": "decision",
+        "kind": "connect",
+        "principal": "agent",
+        "host": "bench.example.org",
+        "port": 443,
+        "addresses": ["127.0.0.3", "::1"],
+    }
+    if target.would_deny is None:
+        expected["decision"] = "allow"
+    else:
+        expected.update(decision="would_deny", code="policy_denied", reason="not on the list")
+    expected["generation"] = target.generation
+    if target.rule is not None:
+        expected["rule"] = target.rule
+    if target.rule_pattern is not None:
+        expected["rule_pattern"] = target.rule_pattern
+    expected.update({key: value for key, value in client.items() if value is not None})
+    audit.write_record(expected)
+    audit.close()
+    prepared, again, generic = _bodies(path)
+    assert prepared == generic
+    assert again == generic
+    assert counter.value == counted + 2
