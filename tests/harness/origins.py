@@ -68,7 +68,7 @@ class Origin:
         return f"{self.ip}/32"
 
 
-def _listening_socket(ip: str, port: int) -> socket.socket:
+def listening_socket(ip: str, port: int) -> socket.socket:
     """Bound here, listened on by the server: the harness holds it to stop accepting before the
     server closes (`OriginFactory.stop`). Port 0 picks a free one."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -78,7 +78,7 @@ def _listening_socket(ip: str, port: int) -> socket.socket:
     return sock
 
 
-async def _stop_serving(runner: web.AppRunner, listener: socket.socket) -> None:
+async def stop_serving(runner: web.AppRunner, listener: socket.socket) -> None:
     """Stop an origin without losing a connection the kernel accepted but the loop had not yet.
 
     The loop accepts a connection in one callback and builds its transport in a task that runs
@@ -123,7 +123,7 @@ class OriginFactory:
         cert_names: Sequence[str] | None = None,
     ) -> Origin:
         ip = ip or self.next_ip()
-        listener = _listening_socket(ip, port or 0)
+        listener = listening_socket(ip, port or 0)
         context = self._pki.server_context(*(cert_names or names)) if tls else None
 
         async def _start() -> web.AppRunner:
@@ -145,7 +145,7 @@ class OriginFactory:
         return origin
 
     def stop(self, origin: Origin) -> None:
-        self._loop.run(_stop_serving(origin.runner, origin.listener))
+        self._loop.run(stop_serving(origin.runner, origin.listener))
         self._origins.remove(origin)
 
     def stop_all(self) -> None:
