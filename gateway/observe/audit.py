@@ -219,7 +219,7 @@ class AuditLog:
         for key, value in fields.items():
             if value is not None:
                 record[key] = value
-        self._append(record, time.time())
+        self._append_line(_CLOCK.line_start(time.time()) + orjson.dumps(record, default=str, option=_NEWLINE)[1:])
 
     def write_record(self, record: dict[str, Any]) -> None:
         """A line already built by the caller: `event` first, no None values (the proxy builds
@@ -227,7 +227,8 @@ class AuditLog:
         if self._sink is None:
             return
         now = record.pop("ts", None)
-        self._append(record, now if isinstance(now, float) else time.time())
+        now = now if isinstance(now, float) else time.time()
+        self._append_line(_CLOCK.line_start(now) + orjson.dumps(record, default=str, option=_NEWLINE)[1:])
 
     def write_members(self, members: bytes) -> None:
         """A line from members already serialized (`json_members` parts joined by b","), `event`
@@ -236,12 +237,9 @@ class AuditLog:
             return
         self._append_line(_CLOCK.line_start(time.time()) + members + b"}\n")
 
-    def _append(self, record: dict[str, Any], now: float) -> None:
-        # The shared start as bytes, then the caller's fields without their opening brace: no
-        # second dict per line on the proxy's hot path.
-        self._append_line(_CLOCK.line_start(now) + orjson.dumps(record, default=str, option=_NEWLINE)[1:])
-
     def _append_line(self, line: bytes) -> None:
+        # A line is the shared start as bytes (`line_start`), then its members: built from a dict
+        # whose opening brace orjson's output loses, or from members serialized beforehand.
         pending = self._pending
         if self._failure is not None and len(pending) >= MAX_RETAINED_LINES:
             self._dropped += 1
@@ -457,7 +455,7 @@ class AuditLog:
                     record[key] = value
         else:
             record.update(extra)  # a tunnel's extras (address, conn, client) are all known
-        self._append(record, time.time())
+        self._append_line(_CLOCK.line_start(time.time()) + orjson.dumps(record, default=str, option=_NEWLINE)[1:])
 
     def tunnel_closed(
         self,

@@ -161,3 +161,14 @@ class LazyDeadline:
         if self.slot is not None:
             self.wheel.unfile(self, self.slot)
             self.slot = None
+
+    def release(self) -> None:
+        """`cancel`, and let go of the owner's callback: the owner is gone. The callback (a bound
+        method) and the owner's reference to this entry form a cycle, which only the garbage
+        collector would free; broken here, the connection is freed as soon as it is dropped."""
+        self.cancel()
+        self.on_expiry = _no_expiry
+
+
+def _no_expiry() -> None:
+    return None

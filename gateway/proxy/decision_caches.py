@@ -189,37 +189,27 @@ class ProxyDecisions:
         """The allow (or report mode's would_deny) line and count of every surface's decision:
         CONNECT, plain HTTP, and a transparent connection (which adds the `original_dst` it dialed)."""
         kind = self.kind_override or kind
-        if method is not None or path is not None:
-            counter, record = self._allow_line(kind, principal, target)
-            counter.inc()
-            if method is not None:
-                record["method"] = method
-            if path is not None:
-                record["path"] = path
-            if original_dst is not None:
-                record["original_dst"] = original_dst
-            if client:
-                record.update(client)
-            self.audit.write_record(record)
-            return
-        # A CONNECT's (or a redirected connection's) line: all but the client's members are the
-        # same on every line of this decision, so they are serialized once per decision. The target
-        # is held with them: its id cannot be reused while the entry lives.
+        # Every member up to `rule_pattern` is the same on every line of this decision, so they
+        # are serialized once per decision; the request's and the client's members follow. The
+        # target is held with them: its id cannot be reused while the entry lives.
         key = (kind, id(target))
         prepared = self._allow_members.get(key)
         if prepared is None or prepared[0] is not target or prepared[1] != principal.name:
             counter, record = self._allow_line(kind, principal, target)
             prepared = self._allow_members.put(key, (target, principal.name, counter, json_members(record)))
         prepared[2].inc()
-        members = prepared[3]
-        if original_dst is not None:
-            # Per connection (the address the agent dialed), so never among the prepared members.
-            members = members + b"," + json_members({"original_dst": original_dst})
-        if client:
-            if None in client.values():
-                client = {name: value for name, value in client.items() if value is not None}
-            members = members + b"," + json_members(client)
-        self.audit.write_members(members)
+        rest = client
+        if method is not None or path is not None or original_dst is not None:
+            rest = {}
+            if method is not None:
+                rest["method"] = method
+            if path is not None:
+                rest["path"] = path
+            if original_dst is not None:
+                rest["original_dst"] = original_dst
+            if client:
+                rest.update(client)
+        self.audit.write_members(prepared[3] + b"," + json_members(rest) if rest else prepared[3])
 
     def _allow_line(self, kind: str, principal: Principal, target: PinnedTarget) -> tuple[CounterChild, dict[str, Any]]:
         """The decision count and the members of an allow line up to `rule_pattern`."""

@@ -17,9 +17,10 @@ import time
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import GatewayError
+from gateway.memo import BoundedMemo
 from gateway.observe import metrics
 from gateway.policy.model import LoadedPolicy, Principal
-from gateway.proxy.decision_caches import ForwardTarget, ProxyDecisions
+from gateway.proxy.decision_caches import MAX_CACHED_TARGETS, MAX_CACHED_URL_BYTES, ForwardTarget, ProxyDecisions
 from gateway.proxy.exchange import ForwardExchange, ParsedRequest, build_request_head
 from gateway.proxy.forward import UpstreamConnection
 from gateway.proxy.pool import UpstreamPool
@@ -35,6 +36,9 @@ class ForwardDispatcher:
         self.core = core
         self.decisions = decisions
         self.pool = pool
+        # The audit lines' `path` of each origin-form target, as `ProxyDecisions` remembers the
+        # targets themselves (the same bound): decoding and splitting it costs 4 k instructions.
+        self._audit_paths: BoundedMemo[bytes, str] = BoundedMemo(MAX_CACHED_TARGETS)
 
     def start(self, request: ParsedRequest) -> None:
         """Decide and send: synchronously when no DNS query is needed, else in an owned task."""
@@ -94,7 +98,10 @@ class ForwardDispatcher:
         exchange.principal = principal.name
         exchange.principal_rule = principal
         exchange.target = target
-        exchange.audit_path = self.decisions.audit.http_path(forward.origin_form)
+        audit_path = self._audit_paths.get(forward.origin_form)
+        if audit_path is None:
+            audit_path = self._audit_path(forward.origin_form)
+        exchange.audit_path = audit_path
         self.decisions.record_allow(
             "http",
             principal,
@@ -116,6 +123,12 @@ class ForwardDispatcher:
             spawn(self._send_on_fresh_connection(exchange, head, settings.connect_timeout_s), name="proxy-dial")
             return
         upstream.start(exchange, head)
+
+    def _audit_path(self, origin_form: bytes) -> str | None:
+        path = self.decisions.audit.http_path(origin_form)
+        if path is not None and len(origin_form) <= MAX_CACHED_URL_BYTES:
+            self._audit_paths.put(origin_form, path)
+        return path
 
     async def _send_on_fresh_connection(self, exchange: ForwardExchange, head: bytes, timeout_s: float) -> None:
         target = exchange.target

@@ -43,6 +43,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.exchange: ForwardExchange | None = None
         self.framing: ResponseFraming | None = None
+        # The last response's framing while parked: the next response may reuse its parser.
+        self._spent_framing: ResponseFraming | None = None
         self._reusable = True
         # One wheel entry for all three response deadlines: it may come due early and is filed
         # again for the time left, so a busy keep-alive connection arms no timer per request.
@@ -92,8 +94,9 @@ class UpstreamConnection(asyncio.Protocol):
             return
         if exc is None and framing.end_of_stream():
             # A close-delimited body (no Content-Length, not chunked) ends here.
-            if framing.has_output:
-                exchange.client.transport.write(framing.take_output())
+            out = framing.take_output()
+            if out:
+                exchange.client.transport.write(out)
             self.finish()
             return
         reason = "upstream reset" if exc is not None else "upstream closed before the response ended"
@@ -116,10 +119,11 @@ class UpstreamConnection(asyncio.Protocol):
         except GatewayError as error:
             self._fail(exchange, error)
             return
-        if framing.has_output:
+        out = framing.take_output()
+        if out:
             if not exchange.status:
                 exchange.status = framing.status  # for the close line
-            exchange.client.transport.write(framing.take_output())
+            exchange.client.transport.write(out)
         if framing.body_bytes > exchange.max_response_bytes:
             exchange.bytes_down = framing.body_bytes
             self._fail(exchange, GatewayError(ErrorCode.TOO_LARGE, "the response exceeds proxy.max_response_bytes"))
@@ -131,9 +135,11 @@ class UpstreamConnection(asyncio.Protocol):
         """End the exchange with `error`: a 502/504 if no head was sent yet, else a cut stream."""
         self._reusable = False
         framing = self.framing
-        if framing is not None and framing.head_sent and framing.has_output:
-            exchange.status = exchange.status or framing.status
-            exchange.client.transport.write(framing.take_output())
+        if framing is not None and framing.head_sent:
+            out = framing.take_output()
+            if out:
+                exchange.status = exchange.status or framing.status
+                exchange.client.transport.write(out)
         self.exchange = None
         if self.transport is not None:
             self.transport.close()
@@ -191,7 +197,9 @@ class UpstreamConnection(asyncio.Protocol):
         self.principal_rule = exchange.principal_rule
         self.target = exchange.target
         conn = exchange.client.audit_fields.get("conn")
-        self.framing = ResponseFraming(
+        spent = self._spent_framing
+        self._spent_framing = None
+        self.framing = (ResponseFraming if spent is None else spent.next_response)(
             head_only=exchange.head_only,
             client_http10=exchange.client_http10,
             close_client=exchange.client_http10 or not exchange.client_keep_alive,
@@ -227,6 +235,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.resume_reading()
         exchange.bytes_down = framing.body_bytes
         if self._reusable and framing.reusable and self.transport is not None and not self.transport.is_closing():
+            self._spent_framing = framing
             self.pool.release(self)
         elif self.transport is not None:
             self.transport.close()

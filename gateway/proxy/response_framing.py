@@ -25,6 +25,48 @@ from gateway.proxy.response_head import MAX_RESPONSE_HEAD_BYTES, ResponseHeadSca
 NO_BODY_STATUSES = frozenset({204, 304})
 MALFORMED = "the upstream response is malformed"
 
+# What a field name means to the relay, for the few names that mean more than "relay it".
+_LENGTH, _CHUNKED, _CONNECTION, _HOP_BY_HOP, _EGRESS_ID = range(5)
+_FIELD_ROLES = {
+    **dict.fromkeys(HOP_BY_HOP, _HOP_BY_HOP),
+    b"content-length": _LENGTH,
+    b"transfer-encoding": _CHUNKED,
+    b"connection": _CONNECTION,
+    b"x-egress-id": _EGRESS_ID,
+}
+
+
+def _sort_fields(
+    fields: list[tuple[bytes, bytes]], *, drop_origin_id: bool
+) -> tuple[list[bytes], list[bytes], list[bytes], bool, bool]:
+    """One pass over a head's fields: the wire lines relayed and their lower-cased names (in case
+    a Connection field names them), the Connection values, and whether Content-Length and
+    Transfer-Encoding are present. Hop-by-hop and Proxy-* fields are dropped, and the origin's
+    own X-Egress-Id when the gateway sends its own."""
+    has_length = upstream_chunked = False
+    connection_values: list[bytes] = []
+    names: list[bytes] = []
+    lines: list[bytes] = []
+    for name, value in fields:
+        lowered = name.lower()
+        role = _FIELD_ROLES.get(lowered)
+        if role is None:
+            if lowered.startswith(b"proxy-"):
+                continue
+        elif role == _LENGTH:
+            has_length = True
+        elif role == _CHUNKED:
+            upstream_chunked = True
+            continue
+        elif role == _CONNECTION:
+            connection_values.append(value)
+            continue
+        elif role == _HOP_BY_HOP or drop_origin_id:
+            continue
+        names.append(lowered)
+        lines.append(name + b": " + value + b"\r\n")
+    return lines, names, connection_values, has_length, upstream_chunked
+
 
 class _StopParsing(Exception):
     """Raised inside an httptools callback to stop the parser; the reason is on the framing."""
@@ -34,13 +76,12 @@ class ResponseFraming:
     """The response to one request: feed upstream bytes, take the bytes owed to the client."""
 
     __slots__ = (
+        "_at_boundary",
         "_chunk_to_client",
         "_client_http10",
-        "_connection_values",
         "_failure",
-        "_has_length",
+        "_fields",
         "_head_only",
-        "_headers",
         "_id_field",
         "_out",
         "_parser",
@@ -49,31 +90,46 @@ class ResponseFraming:
         "_scanner",
         "_stalled",
         "_status",
-        "_upstream_chunked",
         "body_bytes",
         "close_client",
         "complete",
         "eof_body",
         "head_sent",
         "reusable",
+        "status",
     )
 
     def __init__(self, *, head_only: bool, client_http10: bool, close_client: bool, id_field: bytes = b"") -> None:
+        self._parser = httptools.HttpResponseParser(self)
+        self._start(head_only, client_http10, close_client, id_field)
+
+    def next_response(
+        self, *, head_only: bool, client_http10: bool, close_client: bool, id_field: bytes = b""
+    ) -> ResponseFraming:
+        """The framing of the next response on the same upstream connection: this object again,
+        keeping its parser, when the last response ended where llhttp expects the next one
+        (building a parser and its callbacks costs about a third of a small response's framing);
+        a new one when it did not (a HEAD response leaves llhttp waiting for a body that never
+        comes) or the connection's framing is lost."""
+        if not (self._at_boundary and self.reusable):
+            return ResponseFraming(
+                head_only=head_only, client_http10=client_http10, close_client=close_client, id_field=id_field
+            )
+        self._start(head_only, client_http10, close_client, id_field)
+        return self
+
+    def _start(self, head_only: bool, client_http10: bool, close_client: bool, id_field: bytes) -> None:
         self._head_only = head_only
         # `X-Egress-Id: <conn>\r\n` for the final head (the origin's own field of that name is dropped).
         self._id_field = id_field
         self._client_http10 = client_http10
         # An HTTP/1.0 client, or one that asked to close, is told so in the final response head.
         self.close_client = close_client
-        self._parser = httptools.HttpResponseParser(self)
         # Until the final head has been parsed, heads are cut out of the stream on raw bytes
         # (caps counted before llhttp sees a fragment); None once the body is streaming.
         self._scanner: ResponseHeadScanner | None = ResponseHeadScanner()
         self._out: list[bytes] = []
-        self._headers: list[tuple[bytes, bytes]] = []  # (lower-cased name, "Name: value\r\n")
-        self._connection_values: list[bytes] = []
-        self._has_length = False
-        self._upstream_chunked = False
+        self._fields: list[tuple[bytes, bytes]] = []  # the fields of the head being parsed, as parsed
         self._chunk_to_client = False
         self._reason = b""
         self._status = 0
@@ -85,6 +141,8 @@ class ResponseFraming:
         self.reusable = True
         self.eof_body = False  # the body ends when the upstream closes
         self.body_bytes = 0
+        self.status = 0  # the final response's status once its head was sent
+        self._at_boundary = False  # llhttp has seen the final response end: it may parse the next
 
     # the owner's interface ----------------------------------------------------------------------
     def feed(self, data: bytes) -> None:
@@ -113,15 +171,6 @@ class ResponseFraming:
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
         return data
-
-    @property
-    def status(self) -> int:
-        """The final response's status once its head was sent, else 0."""
-        return self._status if self.head_sent else 0
-
-    @property
-    def has_output(self) -> bool:
-        return bool(self._out)
 
     def end_of_stream(self) -> bool:
         """The upstream closed: True when that completes a close-delimited body."""
@@ -162,53 +211,41 @@ class ResponseFraming:
     def on_message_begin(self) -> None:
         if self.complete:
             raise _StopParsing  # a second response nobody asked for: never parsed, never relayed
-        self._headers = []
-        self._connection_values = []
-        self._has_length = False
-        self._upstream_chunked = False
+        self._fields = []
         self._reason = b""
 
     def on_status(self, status: bytes) -> None:
         self._reason += status  # one call per head: the scanner feeds each head whole
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        # One pass: framing facts noted, hop-by-hop fields dropped, the rest kept as wire lines
-        # (with their lower-cased name, in case a Connection field names them).
-        if self._scanner is None:
-            return  # a trailer field: never merged into the head the client already has
-        lowered = name.lower()
-        if lowered == b"content-length":
-            self._has_length = True
-        elif lowered == b"transfer-encoding":
-            self._upstream_chunked = True
-        elif lowered == b"connection":
-            self._connection_values.append(value)
-        if lowered in HOP_BY_HOP or lowered.startswith(b"proxy-") or (lowered == b"x-egress-id" and self._id_field):
-            return
-        self._headers.append((lowered, name + b": " + value + b"\r\n"))
+        # Only noted: what each field means is read in one loop once the head is whole (a call
+        # per field that does more costs more than the rest of a small response).
+        if self._scanner is not None:  # else a trailer field: never merged into the head the client has
+            self._fields.append((name, value))
 
     def on_headers_complete(self) -> None:
         parser = self._parser
         status = parser.get_status_code()
         self._status = status
-        named = named_by_connection(self._connection_values) if self._connection_values else frozenset()
+        lines, names, connection_values, has_length, upstream_chunked = _sort_fields(
+            self._fields, drop_origin_id=bool(self._id_field)
+        )
+        named = named_by_connection(connection_values)
         self._refuse_unframeable(status, named)
         informational = status < 200
         if not informational:
             self._scanner = None  # the body follows; trailers, if any, are dropped
         elif self._client_http10:
             return  # RFC 9110 section 15.2: no interim response to an HTTP/1.0 client
-        kept = [b"HTTP/1.1 %d %b\r\n" % (status, self._reason)]
-        if named:
-            kept += [line for lowered, line in self._headers if lowered not in named]
-        else:
-            kept += [line for _, line in self._headers]
+        if named and not named <= HOP_BY_HOP:
+            lines = [line for lowered, line in zip(names, lines, strict=True) if lowered not in named]
+        kept = [b"HTTP/1.1 %d %b\r\n" % (status, self._reason), *lines]
         if not parser.should_keep_alive():
             self.reusable = False
         bodiless = informational or self._head_only or status in NO_BODY_STATUSES
         self._chunk_to_client = False
-        if not bodiless and not self._has_length:
-            self.eof_body = not self._upstream_chunked
+        if not bodiless and not has_length:
+            self.eof_body = not upstream_chunked
             if self._client_http10:
                 self.close_client = True
             else:
@@ -223,6 +260,7 @@ class ResponseFraming:
         self._out.append(b"".join(kept))
         if not informational:
             self.head_sent = True
+            self.status = status
             if self._head_only:
                 # No body follows a HEAD response whatever its Content-Length says.
                 self.complete = True
@@ -259,6 +297,7 @@ class ResponseFraming:
         if self._status < 200:
             return  # an interim response; the final one follows on the same parser
         self._finish_message()
+        self._at_boundary = True
 
     def _finish_message(self) -> None:
         if self.complete:

@@ -243,7 +243,7 @@ class ClientConnection(asyncio.Protocol):
         self._closed = True
         self.server.connections.discard(self)
         if not self._connecting:
-            self._deadline.cancel()  # while dialing, the entry still bounds the dial
+            self._deadline.release()  # while dialing, the entry still bounds the dial
         if self._tunnel is not None:
             self._tunnel.client_lost(exc)
             return
@@ -405,7 +405,7 @@ class ClientConnection(asyncio.Protocol):
             self._connecting = False
             self._dial = None
             if self._closed:
-                self._deadline.cancel()
+                self._deadline.release()
             else:
                 self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
                 self._close()

@@ -146,8 +146,10 @@ class UpstreamTunnelProtocol(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
-        if self.tunnel is not None:
-            self.tunnel.upstream_lost(exc)
+        # Let go of the tunnel (it holds this protocol): no cycle left for the garbage collector.
+        tunnel, self.tunnel = self.tunnel, None
+        if tunnel is not None:
+            tunnel.upstream_lost(exc)
 
     def pause_writing(self) -> None:
         if self.tunnel is not None:
@@ -254,6 +256,8 @@ class Tunnel:
 
     # client → upstream -------------------------------------------------------------------------
     def from_client(self, data: bytes) -> None:
+        if self.closed:
+            return  # nothing more goes upstream (and the gate is gone)
         self.limits.last_activity = time.monotonic()
         gate = self.gate
         if gate is not None:
@@ -307,6 +311,8 @@ class Tunnel:
 
     def client_eof(self) -> bool:
         """Half-close toward the upstream; keep the tunnel open for the other direction."""
+        if self.closed:
+            return False
         end = self.limits.client_eof(
             handshake_checked=self.gate is None, upstream_can_half_close=_can_half_close(self.upstream)
         )
@@ -399,6 +405,9 @@ class Tunnel:
             reason=reason,
         )
         self.owner.tunnel_closed(self)
+        # The gate holds a bound method of this tunnel: dropped, nothing is left for the garbage
+        # collector (`from_client` forwards nothing once closed).
+        self.gate = None
 
 
 def _can_half_close(transport: asyncio.Transport) -> bool:

@@ -1,4 +1,4 @@
-"""A tunnel's allow and close lines built from members serialized once are the generic lines, byte for byte."""
+"""Allow and close lines built from members serialized once are the lines built field by field, byte for byte."""
 
 from __future__ import annotations
 
@@ -98,10 +98,18 @@ def test_a_close_line_follows_its_own_decision_not_an_earlier_ones(tmp_path: Pat
     assert b'"generation":4,"address"' in second
 
 
+REQUESTS = [
+    pytest.param(None, None, id="connect"),
+    pytest.param("GET", "/docs/a", id="http-method-and-path"),
+    pytest.param("POST", None, id="http-paths-off"),
+]
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("client", CLIENTS)
-def test_a_connect_allow_line_is_the_generic_decision_line_and_counted_each_time(
-    tmp_path: Path, target: PinnedTarget, client: dict[str, Any]
+@pytest.mark.parametrize(("method", "http_path"), REQUESTS)
+def test_an_allow_line_is_the_decision_line_built_field_by_field_and_counted_each_time(
+    tmp_path: Path, target: PinnedTarget, client: dict[str, Any], method: str | None, http_path: str | None
 ) -> None:
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path))
@@ -110,7 +118,7 @@ def test_a_connect_allow_line_is_the_generic_decision_line_and_counted_each_time
     counter = metrics.DECISIONS.labels("connect", verdict, code)
     counted = counter.value
     for _ in range(2):  # the second line comes from the members kept for this decision
-        decisions.record_allow("connect", Principal("agent"), target, client=client)
+        decisions.record_allow("connect", Principal("agent"), target, method=method, path=http_path, client=client)
     expected: dict[str, Any] = {
         "event": "decision",
         "kind": "connect",
@@ -128,7 +136,11 @@ def test_a_connect_allow_line_is_the_generic_decision_line_and_counted_each_time
         expected["rule"] = target.rule
     if target.rule_pattern is not None:
         expected["rule_pattern"] = target.rule_pattern
-    expected.update({key: value for key, value in client.items() if value is not None})
+    if method is not None:
+        expected["method"] = method
+    if http_path is not None:
+        expected["path"] = http_path
+    expected.update(client)  # as the caller gives them: a None is written as null
     audit.write_record(expected)
     audit.close()
     prepared, again, generic = _bodies(path)

@@ -290,3 +290,38 @@ def test_the_relayed_head_is_the_one_built_field_by_field(fields: bytes, id_fiel
     framing = ResponseFraming(head_only=False, client_http10=False, close_client=False, id_field=id_field)
     framing.feed(head)
     assert framing.take_output() == _head_field_by_field(head, id_field)
+
+
+def test_the_next_response_on_a_connection_is_framed_as_on_a_fresh_one() -> None:
+    responses = [
+        (False, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+        # A HEAD response: llhttp still waits for the 5 body bytes, so its parser cannot go on.
+        (True, b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"),
+        (
+            False,
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+        ),
+        (True, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),
+        (False, b"HTTP/1.1 204 No Content\r\n\r\n"),
+        (False, b"HTTP/1.1 404 Not Found\r\nX-A: 1\r\nContent-Length: 1\r\n\r\nx"),
+    ]
+    framing: ResponseFraming | None = None
+    for head_only, response in responses:
+        if framing is None:
+            framing = ResponseFraming(
+                head_only=head_only, client_http10=False, close_client=False, id_field=b"X: c\r\n"
+            )
+        else:
+            framing = framing.next_response(
+                head_only=head_only, client_http10=False, close_client=False, id_field=b"X: c\r\n"
+            )
+        fresh = ResponseFraming(head_only=head_only, client_http10=False, close_client=False, id_field=b"X: c\r\n")
+        framing.feed(response)
+        fresh.feed(response)
+        assert (framing.take_output(), framing.complete, framing.reusable, framing.status) == (
+            fresh.take_output(),
+            fresh.complete,
+            fresh.reusable,
+            fresh.status,
+        )
+        assert framing.complete
