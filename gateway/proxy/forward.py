@@ -232,7 +232,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.framing = None
         self._deadline.clear()
         self._responses += 1
-        self.resume_reading()
+        if self._reading_paused:
+            self.resume_reading()
         exchange.bytes_down = framing.body_bytes
         if self._reusable and framing.reusable and self.transport is not None and not self.transport.is_closing():
             self._spent_framing = framing

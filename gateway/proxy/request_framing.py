@@ -22,7 +22,14 @@ from dataclasses import dataclass
 import httptools
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.heads import FRAMING_FIELDS, MAX_HEAD_BYTES, MAX_HEADERS, MAX_URL_BYTES, named_by_connection
+from gateway.proxy.heads import (
+    FRAMING_FIELDS,
+    MAX_HEAD_BYTES,
+    MAX_HEADERS,
+    MAX_URL_BYTES,
+    NOTHING_NAMED,
+    named_by_connection,
+)
 
 
 # Not frozen, as the events of every request: a frozen dataclass sets each field through
@@ -201,8 +208,9 @@ class RequestFraming:
         parser = self._parser
         self._in_head = False
         self._raw_head_bytes = 0
-        named = named_by_connection(self._connection_values)
-        if named & FRAMING_FIELDS:
+        values = self._connection_values
+        named = named_by_connection(values) if values else NOTHING_NAMED
+        if named and named & FRAMING_FIELDS:
             # Framing fields are never hop-by-hop: stripping them after they framed the body would
             # have the origin read the body as a second request (smuggling).
             self._refuse(

@@ -19,53 +19,51 @@ from __future__ import annotations
 import httptools
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.heads import FRAMING_FIELDS, HOP_BY_HOP, named_by_connection
+from gateway.memo import BoundedMemo
+from gateway.proxy.heads import FRAMING_FIELDS, HOP_BY_HOP, NOTHING_NAMED, named_by_connection
 from gateway.proxy.response_head import MAX_RESPONSE_HEAD_BYTES, ResponseHeadScanner
 
 NO_BODY_STATUSES = frozenset({204, 304})
 MALFORMED = "the upstream response is malformed"
 
-# What a field name means to the relay, for the few names that mean more than "relay it".
-_LENGTH, _CHUNKED, _CONNECTION, _HOP_BY_HOP, _EGRESS_ID = range(5)
-_FIELD_ROLES = {
-    **dict.fromkeys(HOP_BY_HOP, _HOP_BY_HOP),
-    b"content-length": _LENGTH,
-    b"transfer-encoding": _CHUNKED,
-    b"connection": _CONNECTION,
-    b"x-egress-id": _EGRESS_ID,
-}
+# What a field name means to the relay. The role of each name an origin sends is remembered, as
+# the name's bytes alone decide it: lower-casing and classifying a name per field of every response
+# cost more than relaying its line. Bounded: only short names, and the memo starts over when full.
+_RELAY, _LENGTH, _CHUNKED, _CONNECTION, _DROP, _EGRESS_ID = range(6)  # the first two are relayed
+MAX_REMEMBERED_FIELD_NAME_BYTES = 64
+MAX_REMEMBERED_FIELD_NAMES = 1024
+_FIELD_ROLES: BoundedMemo[bytes, int] = BoundedMemo(MAX_REMEMBERED_FIELD_NAMES)
 
 
-def _sort_fields(
-    fields: list[tuple[bytes, bytes]], *, drop_origin_id: bool
-) -> tuple[list[bytes], list[bytes], list[bytes], bool, bool]:
-    """One pass over a head's fields: the wire lines relayed and their lower-cased names (in case
-    a Connection field names them), the Connection values, and whether Content-Length and
-    Transfer-Encoding are present. Hop-by-hop and Proxy-* fields are dropped, and the origin's
-    own X-Egress-Id when the gateway sends its own."""
-    has_length = upstream_chunked = False
-    connection_values: list[bytes] = []
-    names: list[bytes] = []
-    lines: list[bytes] = []
-    for name, value in fields:
-        lowered = name.lower()
-        role = _FIELD_ROLES.get(lowered)
-        if role is None:
-            if lowered.startswith(b"proxy-"):
-                continue
-        elif role == _LENGTH:
-            has_length = True
-        elif role == _CHUNKED:
-            upstream_chunked = True
-            continue
-        elif role == _CONNECTION:
-            connection_values.append(value)
-            continue
-        elif role == _HOP_BY_HOP or drop_origin_id:
-            continue
-        names.append(lowered)
-        lines.append(name + b": " + value + b"\r\n")
-    return lines, names, connection_values, has_length, upstream_chunked
+def _field_role(name: bytes) -> int:
+    lowered = name.lower()
+    if lowered == b"content-length":
+        return _LENGTH
+    if lowered == b"transfer-encoding":
+        return _CHUNKED
+    if lowered == b"connection":
+        return _CONNECTION
+    if lowered == b"x-egress-id":
+        return _EGRESS_ID  # dropped when the gateway sends its own
+    if lowered in HOP_BY_HOP or lowered.startswith(b"proxy-"):
+        return _DROP
+    return _RELAY
+
+
+def _learn_field_role(name: bytes) -> int:
+    role = _field_role(name)
+    if len(name) <= MAX_REMEMBERED_FIELD_NAME_BYTES:
+        _FIELD_ROLES.put(name, role)
+    return role
+
+
+def _without_named(lines: list[bytes], named: frozenset[bytes]) -> list[bytes]:
+    """`lines` (name, ": ", value, CRLF, ...) without the fields a Connection field names."""
+    kept: list[bytes] = []
+    for start in range(0, len(lines), 4):
+        if lines[start].lower() not in named:
+            kept += lines[start : start + 4]
+    return kept
 
 
 class _StopParsing(Exception):
@@ -79,10 +77,12 @@ class ResponseFraming:
         "_at_boundary",
         "_chunk_to_client",
         "_client_http10",
+        "_connection_values",
         "_failure",
-        "_fields",
+        "_has_length",
         "_head_only",
         "_id_field",
+        "_lines",
         "_out",
         "_parser",
         "_progress",
@@ -90,6 +90,7 @@ class ResponseFraming:
         "_scanner",
         "_stalled",
         "_status",
+        "_upstream_chunked",
         "body_bytes",
         "close_client",
         "complete",
@@ -129,7 +130,12 @@ class ResponseFraming:
         # (caps counted before llhttp sees a fragment); None once the body is streaming.
         self._scanner: ResponseHeadScanner | None = ResponseHeadScanner()
         self._out: list[bytes] = []
-        self._fields: list[tuple[bytes, bytes]] = []  # the fields of the head being parsed, as parsed
+        # The head being parsed: its relayed field lines (name, ": ", value, CRLF, ...), its
+        # Connection values, and whether it framed its body.
+        self._lines: list[bytes] = []
+        self._connection_values: list[bytes] = []
+        self._has_length = False
+        self._upstream_chunked = False
         self._chunk_to_client = False
         self._reason = b""
         self._status = 0
@@ -211,41 +217,54 @@ class ResponseFraming:
     def on_message_begin(self) -> None:
         if self.complete:
             raise _StopParsing  # a second response nobody asked for: never parsed, never relayed
-        self._fields = []
+        self._lines = []
+        self._connection_values = []
+        self._has_length = False
+        self._upstream_chunked = False
         self._reason = b""
 
     def on_status(self, status: bytes) -> None:
         self._reason += status  # one call per head: the scanner feeds each head whole
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        # Only noted: what each field means is read in one loop once the head is whole (a call
-        # per field that does more costs more than the rest of a small response).
-        if self._scanner is not None:  # else a trailer field: never merged into the head the client has
-            self._fields.append((name, value))
+        # One pass: framing facts noted, hop-by-hop and Proxy-* fields dropped, the rest kept as
+        # wire lines.
+        if self._scanner is None:
+            return  # a trailer field: never merged into the head the client already has
+        role = _FIELD_ROLES.get(name)
+        if role is None:
+            role = _learn_field_role(name)
+        if role <= _LENGTH or (role == _EGRESS_ID and not self._id_field):  # relayed
+            self._lines += (name, b": ", value, b"\r\n")
+            if role == _LENGTH:
+                self._has_length = True
+        elif role == _CONNECTION:
+            self._connection_values.append(value)
+        elif role == _CHUNKED:
+            self._upstream_chunked = True
 
     def on_headers_complete(self) -> None:
         parser = self._parser
         status = parser.get_status_code()
         self._status = status
-        lines, names, connection_values, has_length, upstream_chunked = _sort_fields(
-            self._fields, drop_origin_id=bool(self._id_field)
-        )
-        named = named_by_connection(connection_values)
-        self._refuse_unframeable(status, named)
+        connection_values = self._connection_values
+        named = named_by_connection(connection_values) if connection_values else NOTHING_NAMED
+        if status == 101 or named:
+            self._refuse_unframeable(status, named)
         informational = status < 200
         if not informational:
             self._scanner = None  # the body follows; trailers, if any, are dropped
         elif self._client_http10:
             return  # RFC 9110 section 15.2: no interim response to an HTTP/1.0 client
-        if named and not named <= HOP_BY_HOP:
-            lines = [line for lowered, line in zip(names, lines, strict=True) if lowered not in named]
-        kept = [b"HTTP/1.1 %d %b\r\n" % (status, self._reason), *lines]
+        kept = [b"HTTP/1.1 %d %b\r\n" % (status, self._reason)]
+        # The fields a Connection field names are hop-by-hop too (RFC 9110 section 7.6.1).
+        kept += self._lines if named <= HOP_BY_HOP else _without_named(self._lines, named)
         if not parser.should_keep_alive():
             self.reusable = False
         bodiless = informational or self._head_only or status in NO_BODY_STATUSES
         self._chunk_to_client = False
-        if not bodiless and not has_length:
-            self.eof_body = not upstream_chunked
+        if not bodiless and not self._has_length:
+            self.eof_body = not self._upstream_chunked
             if self._client_http10:
                 self.close_client = True
             else:
