@@ -86,11 +86,12 @@ async def open_pinned_connection(
     Each address gets `timeout_s`, kept by `deadline` (the caller's own timer, which cancels this
     task when an attempt's time passes) or else by a loop timer.
     """
-    task = asyncio.current_task()
-    assert task is not None, "dial from a task: the timeout cancels it"
-    loop = task.get_loop()
     if deadline is None:
-        deadline = LoopTimerDeadline(task)
+        current = asyncio.current_task()
+        assert current is not None, "dial from a task: the timeout cancels it"
+        deadline = LoopTimerDeadline(current)
+    task = deadline.dialing_task
+    loop = task.get_loop()
     last: GatewayError | None = None
     for text in target.address_texts:
         # A cancellation of this task rather than an `asyncio.timeout` block: the same outcome

@@ -5,6 +5,7 @@ A caller that already keeps a deadline for the connection being served (the prox
 client connection on its listener's deadline wheel) passes itself and no timer is armed per dial;
 any other caller gets `LoopTimerDeadline`, one loop timer per attempt. Either way, when an attempt's
 time passes, the dialing task is cancelled and `dial_timed_out` says the cancellation was the deadline's.
+The deadline also names that task, so the dialer does not look it up (a getpid() per dial on 3.11).
 
 Never dials, never decides what a timeout means to the caller (the dialer turns it into
 `connect_failure`).
@@ -13,11 +14,17 @@ Never dials, never decides what a timeout means to the caller (the dialer turns 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class DialDeadline(Protocol):
     """Bounds one attempt at a time of the dialing task."""
+
+    @property
+    def dialing_task(self) -> asyncio.Task[Any]:
+        """The task that dials, which a passed deadline cancels (the dialer's own: given here, it
+        is not looked up, which costs a getpid() on Python 3.11)."""
+        ...
 
     @property
     def dial_timed_out(self) -> bool:
@@ -36,16 +43,16 @@ class DialDeadline(Protocol):
 class LoopTimerDeadline:
     """A `DialDeadline` for callers without a timer of their own: one loop timer per attempt."""
 
-    __slots__ = ("_task", "_timer", "dial_timed_out")
+    __slots__ = ("_timer", "dial_timed_out", "dialing_task")
 
-    def __init__(self, task: asyncio.Task[object]) -> None:
-        self._task = task
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.dialing_task = task
         self._timer: asyncio.TimerHandle | None = None
         self.dial_timed_out = False
 
     def start_dial_attempt(self, timeout_s: float) -> None:
         self.dial_timed_out = False
-        self._timer = self._task.get_loop().call_later(timeout_s, self._expire)
+        self._timer = self.dialing_task.get_loop().call_later(timeout_s, self._expire)
 
     def end_dial_attempt(self) -> None:
         if self._timer is not None:
@@ -55,4 +62,4 @@ class LoopTimerDeadline:
     def _expire(self) -> None:
         self._timer = None
         self.dial_timed_out = True
-        self._task.cancel()
+        self.dialing_task.cancel()

@@ -390,6 +390,11 @@ class ClientConnection(asyncio.Protocol):
 
     # DialDeadline (gateway.egress.dial_deadline): the connection's wheel entry, which has nothing
     # else due while the CONNECT is dialed, bounds each attempt: no loop timer per dial.
+    @property
+    def dialing_task(self) -> asyncio.Task[None]:
+        assert self._dial is not None  # set as the task is spawned, before it first runs
+        return self._dial
+
     def start_dial_attempt(self, timeout_s: float) -> None:
         self.dial_timed_out = False
         self._deadline.set_at(time.monotonic() + timeout_s)
