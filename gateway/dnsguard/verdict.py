@@ -70,6 +70,24 @@ def _udp_limit(query: DNSRecord) -> int:
     return CLASSIC_UDP_BYTES
 
 
+def _refused(
+    query: DNSRecord, name: str, qtype: str, rcode: int, error: GatewayError, *, udp_limit: int
+) -> QueryVerdict:
+    """A name that is never sent upstream (unvettable, or denied by the policy): `rcode` at once,
+    with the refusal's code, reason and rule for the audit line."""
+    return QueryVerdict(
+        name,
+        qtype,
+        forward=False,
+        reply=_rcode_reply(query, rcode),
+        code=str(error.code),
+        reason=error.message,
+        udp_limit=udp_limit,
+        rule=error.rule,
+        rule_pattern=error.rule_pattern,
+    )
+
+
 def parse_query(data: bytes) -> DNSRecord | None:
     try:
         return DNSRecord.parse(data)
@@ -113,30 +131,11 @@ def judge_query(data: bytes, policy: Policy, principal: Principal) -> QueryVerdi
         # The name rules only: any port the policy allows stands in, the port is not in question.
         decision = decide_destination(policy, principal, host, policy.defaults.ports[0])
     except GatewayError as error:
-        return QueryVerdict(
-            name,
-            qtype,
-            forward=False,
-            reply=_rcode_reply(query, denied_rcode),
-            code=str(error.code),
-            reason=error.message,
-            rule=error.rule,
-            rule_pattern=error.rule_pattern,
-        )
+        return _refused(query, name, qtype, denied_rcode, error, udp_limit=limit)
     if not decision.allowed:
         refusal = decision.to_error()
         if policy.mode_for(principal) != "report":
-            return QueryVerdict(
-                name,
-                qtype,
-                forward=False,
-                reply=_rcode_reply(query, denied_rcode),
-                code=str(refusal.code),
-                reason=refusal.message,
-                udp_limit=limit,
-                rule=decision.rule,
-                rule_pattern=decision.pattern,
-            )
+            return _refused(query, name, qtype, denied_rcode, refusal, udp_limit=limit)
         return QueryVerdict(
             name,
             qtype,

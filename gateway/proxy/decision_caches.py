@@ -20,9 +20,10 @@ from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog, json_members
+from gateway.observe.audit import AuditLog
+from gateway.observe.audit_members import json_members
 from gateway.observe.loop_metrics import CounterChild
-from gateway.observe.verdicts import verdict_of_failure
+from gateway.observe.verdicts import rule_for_code, verdict_of_failure
 from gateway.policy.decide import authenticate
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.exchange import ForwardExchange
@@ -184,7 +185,10 @@ class ProxyDecisions:
         method: str | None = None,
         path: str | None = None,
         client: Mapping[str, Any] | None = None,
+        original_dst: str | None = None,
     ) -> None:
+        """The allow (or report mode's would_deny) line and count of every surface's decision:
+        CONNECT, plain HTTP, and a transparent connection (which adds the `original_dst` it dialed)."""
         kind = self.kind_override or kind
         # Every member up to `rule_pattern` is the same on every line of this decision, so they
         # are serialized once per decision; the request's and the client's members follow. The
@@ -196,12 +200,14 @@ class ProxyDecisions:
             prepared = self._allow_members.put(key, (target, principal.name, counter, json_members(record)))
         prepared[2].inc()
         rest = client
-        if method is not None or path is not None:
+        if method is not None or path is not None or original_dst is not None:
             rest = {}
             if method is not None:
                 rest["method"] = method
             if path is not None:
                 rest["path"] = path
+            if original_dst is not None:
+                rest["original_dst"] = original_dst
             if client:
                 rest.update(client)
         self.audit.write_members(prepared[3] + b"," + json_members(rest) if rest else prepared[3])
@@ -217,6 +223,7 @@ class ProxyDecisions:
             "port": target.port,
             "addresses": target.address_texts,
         }
+        rule = target.rule
         if would is None:
             counter = self._decision_counter(kind, "allow", "none")
             record["decision"] = "allow"
@@ -225,9 +232,11 @@ class ProxyDecisions:
             record["decision"] = "would_deny"
             record["code"] = str(would.code)
             record["reason"] = would.message
+            # As `AuditLog.decision` does for every refusal: one without a rule names its check.
+            rule = rule or rule_for_code(str(would.code))
         record["generation"] = target.generation
-        if target.rule is not None:
-            record["rule"] = target.rule
+        if rule is not None:
+            record["rule"] = rule
             if target.rule_pattern is not None:
                 record["rule_pattern"] = target.rule_pattern
         return counter, record
@@ -243,7 +252,11 @@ class ProxyDecisions:
         generation: int,
         client: Mapping[str, Any] | None = None,
         claimed: str | None = None,
+        original_dst: str | None = None,
+        **extra: Any,
     ) -> None:
+        """The refusal line and count of every surface's decision; `extra` fields (a transparent
+        connection's `seen`) come last."""
         kind = self.kind_override or kind
         self.count_decision(kind, verdict_of_failure(str(error.code), error.rule), str(error.code))
         self.audit.decision(
@@ -258,5 +271,7 @@ class ProxyDecisions:
             rule=error.rule,
             rule_pattern=error.rule_pattern,
             claimed_principal=claimed if error.code == ErrorCode.AUTH_REQUIRED else None,
+            original_dst=original_dst,
             **(client or {}),
+            **extra,
         )

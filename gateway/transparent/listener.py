@@ -28,8 +28,6 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog, client_fields, new_connection_id
-from gateway.observe.loop_metrics import CounterChild
-from gateway.observe.verdicts import verdict_of_failure
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.sni import MAX_PEEK_BYTES
@@ -67,7 +65,6 @@ class TransparentListener:
         self.open: dict[Tunnel, tuple[int | None, bool]] = {}
         self._servers: list[asyncio.AbstractServer] = []
         self._hosts: BoundedMemo[str, VettedHost] = BoundedMemo(MAX_CACHED_HOSTS)
-        self._counters: dict[tuple[str, str], CounterChild] = {}
 
     async def start(self, addresses: tuple[ListenAddress, ...], uids: list[int]) -> None:
         loop = self.loop = asyncio.get_running_loop()
@@ -89,15 +86,6 @@ class TransparentListener:
             conn.abort("shutdown")
         if self.http is not None:
             self.http.close()
-
-    def count(self, decision: str, code: str) -> None:
-        """`decisions_total{kind="transparent"}`, with the label children kept (a lookup per
-        connection showed in the setup rate)."""
-        key = (decision, code)
-        counter = self._counters.get(key)
-        if counter is None:
-            counter = self._counters[key] = metrics.DECISIONS.labels(KIND, decision, code)
-        counter.inc()
 
     def vetted_host(self, name: str) -> VettedHost:
         """`vet_host` behind a bounded cache: IDNA canonicalisation per connection costs more than
@@ -138,20 +126,16 @@ class TransparentListener:
         client: Mapping[str, Any] | None = None,
         **extra: str,
     ) -> None:
-        self.count(verdict_of_failure(str(error.code), error.rule), str(error.code))
-        self.audit.decision(
-            kind=KIND,
-            principal=principal,
-            host=host,
-            port=original[1] if original else None,
-            decision="deny",
-            code=str(error.code),
-            reason=error.message,
+        """The proxy's refusal record, with the destination the agent dialed."""
+        self.tunnels.decisions.record_deny(
+            KIND,
+            principal,
+            host,
+            original[1] if original else None,
+            error=error,
             generation=generation,
-            rule=error.rule,
-            rule_pattern=error.rule_pattern,
+            client=client,
             original_dst=format_original(original) if original else None,
-            **(client or {}),
             **extra,
         )
 
@@ -162,23 +146,9 @@ class TransparentListener:
         original: tuple[IPAddress, int],
         client: Mapping[str, Any] | None = None,
     ) -> None:
-        would = target.would_deny
-        decision = "allow" if would is None else "would_deny"
-        self.count(decision, "none" if would is None else str(would.code))
-        self.audit.decision(
-            kind=KIND,
-            principal=principal.name,
-            host=target.name,
-            port=target.port,
-            addresses=target.address_texts,
-            decision=decision,
-            code=str(would.code) if would is not None else None,
-            reason=would.message if would is not None else None,
-            generation=target.generation,
-            rule=target.rule,
-            rule_pattern=target.rule_pattern,
-            original_dst=format_original(original),
-            **(client or {}),
+        """The proxy's allow record, with the destination the agent dialed."""
+        self.tunnels.decisions.record_allow(
+            KIND, principal, target, client=client, original_dst=format_original(original)
         )
 
 

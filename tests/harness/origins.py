@@ -50,6 +50,7 @@ class Origin:
     names: tuple[str, ...]
     tls: bool
     runner: web.AppRunner
+    listener: socket.socket
 
     @property
     def scheme(self) -> str:
@@ -67,11 +68,30 @@ class Origin:
         return f"{self.ip}/32"
 
 
-def _free_port(ip: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((ip, 0))
-        port: int = sock.getsockname()[1]
-        return port
+def listening_socket(ip: str, port: int) -> socket.socket:
+    """Bound here, listened on by the server: the harness holds it to stop accepting before the
+    server closes (`OriginFactory.stop`). Port 0 picks a free one."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((ip, port))
+    sock.setblocking(False)
+    return sock
+
+
+async def stop_serving(runner: web.AppRunner, listener: socket.socket) -> None:
+    """Stop an origin without losing a connection the kernel accepted but the loop had not yet.
+
+    The loop accepts a connection in one callback and builds its transport in a task that runs
+    one iteration later. asyncio 3.11's `Server.close()` in between makes that task fail halfway
+    (the server is gone), and the half-built transport is collected later as an "unclosed
+    transport" ResourceWarning in whichever test is running then. So: accept nothing more, let
+    every accepted connection become a transport and reach aiohttp (two iterations: the task's
+    first step, then `connection_made`), and only then close, which closes those too.
+    """
+    asyncio.get_running_loop().remove_reader(listener.fileno())
+    for _ in range(2):
+        await asyncio.sleep(0)
+    await runner.cleanup()
 
 
 class OriginFactory:
@@ -103,18 +123,21 @@ class OriginFactory:
         cert_names: Sequence[str] | None = None,
     ) -> Origin:
         ip = ip or self.next_ip()
-        port = port or _free_port(ip)
+        listener = listening_socket(ip, port or 0)
         context = self._pki.server_context(*(cert_names or names)) if tls else None
 
         async def _start() -> web.AppRunner:
             runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
             await runner.setup()
-            site = web.TCPSite(runner, ip, port, ssl_context=context, reuse_address=True)
-            await site.start()
+            await web.SockSite(runner, listener, ssl_context=context).start()
             return runner
 
-        runner = self._loop.run(_start())
-        origin = Origin(ip, port, tuple(names), tls, runner)
+        try:
+            runner = self._loop.run(_start())
+        except BaseException:
+            listener.close()
+            raise
+        origin = Origin(ip, listener.getsockname()[1], tuple(names), tls, runner, listener)
         self._origins.append(origin)
         if register_dns:
             for name in names:
@@ -122,7 +145,7 @@ class OriginFactory:
         return origin
 
     def stop(self, origin: Origin) -> None:
-        self._loop.run(origin.runner.cleanup())
+        self._loop.run(stop_serving(origin.runner, origin.listener))
         self._origins.remove(origin)
 
     def stop_all(self) -> None:

@@ -67,6 +67,29 @@ def test_report_mode_forwards_a_denied_name_and_says_it_would_deny() -> None:
     assert verdict.would_deny is not None
 
 
+@pytest.mark.parametrize(
+    ("name", "code", "rule"),
+    [
+        pytest.param("bad_name.example", "unsafe_url", None, id="unvettable-name"),
+        pytest.param("169.254.169.254", "unsafe_url", "defaults.literal_ips", id="ip-literal-name"),
+        pytest.param("secret.attacker.example", "policy_denied", "default_deny", id="policy-denied-name"),
+    ],
+)
+def test_a_refused_name_is_answered_at_once_with_its_rule_and_the_clients_udp_size(
+    name: str, code: str, rule: str | None
+) -> None:
+    # A name the gateway cannot vet and a name the policy denies are one kind of refusal.
+    query = DNSRecord.question(name, "A")
+    query.add_ar(EDNS0(udp_len=1232))
+    verdict = judge_query(bytes(query.pack()), POLICY, DEFAULT)
+    assert not verdict.forward
+    assert verdict.reply is not None
+    assert DNSRecord.parse(verdict.reply).header.rcode == RCODE.NXDOMAIN
+    assert (verdict.name, verdict.qtype, verdict.code, verdict.rule) == (name, "A", code, rule)
+    assert verdict.reason
+    assert verdict.udp_limit == 1232
+
+
 def test_malformed_messages_get_no_forward() -> None:
     assert not judge_query(b"\x00\x01garbage", POLICY, DEFAULT).forward
     response = DNSRecord.question("docs.example.org").reply().pack()
