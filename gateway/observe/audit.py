@@ -18,7 +18,8 @@ When the destination cannot be written, no partial line is left (the sink cuts i
 failure is logged once and counted, lines are held (bounded) and retried, and, unless
 `on_failure` is `allow`, `refusal()` tells the egress core to refuse new egress until a write
 succeeds again. Repeated identical denials within `aggregate_s` are written once and then
-summarised by one `repeated` line with a count, so an agent cannot fill the disk by retrying.
+summarised by one `repeated` line with a count (`audit_repeats`), so an agent cannot fill the
+disk by retrying.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
 from gateway.observe.audit_members import TunnelTarget, close_members, json_members
+from gateway.observe.audit_repeats import DEFAULT_AGGREGATE_S, DenialAggregator
 from gateway.observe.audit_sink import AuditSink
 from gateway.observe.verdicts import outcome_for_close, outcome_for_code, rule_for_code, verdict_of_failure
 
@@ -51,8 +53,6 @@ MAX_PENDING_LINES = 1024
 # Held in memory while the destination fails; newer lines beyond this are counted, not kept.
 MAX_RETAINED_LINES = 10_000
 RETRY_INTERVAL_S = 1.0
-MAX_AGGREGATED_KEYS = 4096
-DEFAULT_AGGREGATE_S = 10.0
 # Decisions whose close-line members are kept serialized; cleared when full.
 MAX_PREPARED_TARGETS = 4096
 
@@ -159,9 +159,7 @@ class AuditLog:
         self._failed_at = 0.0
         self._refusal: GatewayError | None = None
         self._dropped = 0
-        self._aggregate_s = aggregate_s
-        self._repeats: dict[tuple[Any, ...], list[Any]] = {}
-        self._aggregate_timer: asyncio.TimerHandle | None = None
+        self._repeats = DenialAggregator(aggregate_s, self.write)
         # Close lines count their outcome once per tunnel: labels() sorts and locks on every call.
         self._close_outcomes: dict[tuple[str, str], Any] = {}
         # Per (kind, target): the target, its principal, and a close line's members that only
@@ -338,47 +336,10 @@ class AuditLog:
             "rule_pattern": rule_pattern,
             **extra,
         }
-        if decision == "deny" and self._aggregated(fields):
+        if decision == "deny" and self._repeats.counted(fields):
             return
         # The fields as they are, not spread into a second keyword dict.
         self._write_fields("decision", fields)
-
-    def _aggregated(self, fields: dict[str, Any]) -> bool:
-        """True when an identical denial was already written in this window (it is counted)."""
-        if self._aggregate_s <= 0:
-            return False
-        key = tuple(fields.get(name) for name in ("kind", "principal", "host", "port", "code", "client_ip", "method"))
-        entry = self._repeats.get(key)
-        if entry is not None:
-            entry[1] += 1
-            metrics.AUDIT_AGGREGATED_LINES.inc()
-            return True
-        if len(self._repeats) >= MAX_AGGREGATED_KEYS:
-            return False
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return False
-        self._repeats[key] = [fields, 0]
-        if self._aggregate_timer is None:
-            self._aggregate_timer = loop.call_later(self._aggregate_s, self._summarise_repeats)
-        return False
-
-    def _summarise_repeats(self) -> None:
-        self._aggregate_timer = None
-        repeats, self._repeats = self._repeats, {}
-        for fields, count in repeats.values():
-            if count:
-                summary = {name: fields.get(name) for name in ("kind", "principal", "host", "port", "code", "rule")}
-                self.write(
-                    "repeated",
-                    **summary,
-                    decision="deny",
-                    client_ip=fields.get("client_ip"),
-                    reason=fields.get("reason"),
-                    count=count,
-                    window_s=self._aggregate_s,
-                )
 
     def connection_closed(
         self,
@@ -510,9 +471,7 @@ class AuditLog:
         )
 
     def close(self) -> None:
-        if self._aggregate_timer is not None:
-            self._aggregate_timer.cancel()
-            self._summarise_repeats()
+        self._repeats.close()
         self.flush()
         if self._sink is not None:
             self._sink.close()
