@@ -9,12 +9,13 @@ connection, and prints them per operation. Repeated runs of one tree agree withi
 instructions per tunnel, so two trees can be compared where CPU time on a shared machine cannot.
 Sequential tunnels flush the audit buffer about once per tunnel, so its share is overstated.
 
-    .venv/bin/python bench/callgrind_proxy.py [--tree DIR ...] [--tunnels 1000] [--requests 1000]
+    .venv/bin/python bench/callgrind_proxy.py [--tree DIR ...] [--tunnels 1000] [--requests 1000] [--floor]
 
 Each `--tree` (default: this checkout) is measured in turn, in its own gateway process; pass
-frozen copies (`cp -r`) of the trees to compare, not a tree being edited. `--python` is the
-interpreter run under valgrind (default this one). Needs root (nginx binds :80/:443 on
-BENCH_ORIGIN_IP, default 127.0.0.2), nginx and valgrind.
+frozen copies (`cp -r`) of the trees to compare, not a tree being edited. `--floor` measures
+`bench/proxy_floor.py` (the least a uvloop proxy does, dialing the origin's address) in the same
+way instead of the gateway. `--python` is the interpreter run under valgrind (default this one).
+Needs root (nginx binds :80/:443 on BENCH_ORIGIN_IP, default 127.0.0.2), nginx and valgrind.
 """
 
 from __future__ import annotations
@@ -90,10 +91,20 @@ def requests(port: int, count: int) -> None:
 class Callgrind:
     """The gateway under callgrind, its counters zeroed and dumped through `callgrind_control`."""
 
-    def __init__(self, tree: Path, python: str, work: Path, nameserver: str) -> None:
+    def __init__(self, tree: Path, python: str, work: Path, nameserver: str, *, floor: bool = False) -> None:
         self.work = work
         self.port = free_port()
         (work / "policy.yaml").write_text(policy_text())
+        served = [
+            str(tree / "bench" / "proxy.py"),
+            "--serve-gateway",
+            str(work / "policy.yaml"),
+            nameserver,
+            str(work / "audit.log"),
+            str(self.port),
+        ]
+        if floor:
+            served = [str(tree / "bench" / "proxy_floor.py"), str(self.port), ORIGIN_IP]
         command = [
             "valgrind",
             "--tool=callgrind",
@@ -101,12 +112,7 @@ class Callgrind:
             "--compress-strings=no",
             f"--callgrind-out-file={work}/cg.%p",
             python,
-            str(tree / "bench" / "proxy.py"),
-            "--serve-gateway",
-            str(work / "policy.yaml"),
-            nameserver,
-            str(work / "audit.log"),
-            str(self.port),
+            *served,
         ]
         with open(work / "gateway.err", "wb") as err:
             self.proc = subprocess.Popen(command, stderr=err, stdout=subprocess.DEVNULL)
@@ -144,14 +150,16 @@ class Callgrind:
             self.proc.wait()
 
 
-def measure(tree: Path, python: str, nameserver: str, tunnel_count: int, request_count: int, keep: Path | None) -> str:
+def measure(
+    tree: Path, python: str, nameserver: str, tunnel_count: int, request_count: int, keep: Path | None, floor: bool
+) -> str:
     work = Path(tempfile.mkdtemp(prefix="cg-proxy-"))
     work.chmod(0o777)
-    gateway = Callgrind(tree, python, work, nameserver)
+    gateway = Callgrind(tree, python, work, nameserver, floor=floor)
     try:
         tunnels(gateway.port, WARM_OPERATIONS)
         requests(gateway.port, WARM_OPERATIONS)
-        parts = [str(tree)]
+        parts = [str(tree) + (" (bench/proxy_floor.py)" if floor else "")]
         if tunnel_count:
             gateway.zero()
             tunnels(gateway.port, tunnel_count)
@@ -172,6 +180,7 @@ def main() -> None:
     parser.add_argument("--tunnels", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--floor", action="store_true", help="measure bench/proxy_floor.py instead of the gateway")
     parser.add_argument("--keep-dump", type=Path, help="copy the tunnels' callgrind dump here (for callgrind_annotate)")
     args = parser.parse_args()
     trees: list[Path] = args.tree or [REPO]
@@ -184,7 +193,9 @@ def main() -> None:
     try:
         for tree in trees:
             started = time.monotonic()
-            line = measure(tree.resolve(), args.python, dns.nameserver, args.tunnels, args.requests, args.keep_dump)
+            line = measure(
+                tree.resolve(), args.python, dns.nameserver, args.tunnels, args.requests, args.keep_dump, args.floor
+            )
             print(f"{line} ({time.monotonic() - started:.0f} s)", flush=True)
     finally:
         nginx.send_signal(signal.SIGTERM)
