@@ -140,8 +140,16 @@ class EgressCore:
             raise refusal
         self._same_generation(loaded)
         key = (principal.name, host.name, port)
+        # Both checks are pure functions of (policy generation, principal, host, port, addresses):
+        # an allowed outcome for the same inputs is the same outcome, so it is remembered; a
+        # denial is never remembered and is decided afresh (and audited) every time. Keyed
+        # without the addresses (hashing an IPv4Address runs Python code).
         if host.ip is not None:
             addresses: tuple[IPAddress, ...] = (host.ip,)
+            target = self._remembered.get(key)
+            # A literal's tuple is built here on every call: compared by value.
+            if target is not None and target.addresses == addresses:
+                return target
         else:
             cached = self.resolver.cached_addresses(host.name)
             if cached is None:
@@ -149,20 +157,19 @@ class EgressCore:
                 # allowed one is not judged a second time by the `pin` that follows.
                 self._pending_names.put(key, self._decide_name(loaded, principal, host, port))
                 return None
+            target = self._remembered.get(key)
+            # The resolver keeps one tuple per stored answer, so the same tuple is the same answer.
+            # Any other tuple is a stored answer since the target was remembered (one of several
+            # lookups that were in flight together, a refresh after the TTL, a changed answer):
+            # it is vetted afresh, never compared, and the target remembered with it holds again
+            # from the next CONNECT on.
+            if target is not None and target.addresses is cached:
+                return target
             addresses = cached
-        # Both checks are pure functions of (policy generation, principal, host, port, addresses):
-        # an allowed outcome for the same inputs is the same outcome, so it is remembered; a
-        # denial is never remembered and is decided afresh (and audited) every time.
-        # Keyed without the addresses (hashing an IPv4Address runs Python code): the remembered
-        # target is reused only when its addresses are the ones answered now.
-        target = self._remembered.get(key)
-        if target is None or (target.addresses is not addresses and target.addresses != addresses):
-            verdict = self._decide_name(loaded, principal, host, port)
-            target = self._remembered.put(
-                key,
-                self._vet_addresses(loaded, principal, host, port, addresses=addresses, verdict=verdict, dns_s=0.0),
-            )
-        return target
+        verdict = self._decide_name(loaded, principal, host, port)
+        return self._remembered.put(
+            key, self._vet_addresses(loaded, principal, host, port, addresses=addresses, verdict=verdict, dns_s=0.0)
+        )
 
     def _same_generation(self, loaded: LoadedPolicy) -> None:
         """Remembered outcomes belong to one policy generation: a reload forgets them all."""
