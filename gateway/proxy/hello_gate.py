@@ -97,6 +97,9 @@ class GateStep:
 
 _WAIT = GateStep()
 _HOLD = GateStep(hold=True)
+# Nothing held yet: most tunnels are closed or opened before a buffer is needed, so none is made
+# until a byte must be kept.
+_NOTHING = b""
 
 
 class HelloGate:
@@ -109,8 +112,9 @@ class HelloGate:
 
     def __init__(self, check: Callable[[ClientHelloPeek], str | None]) -> None:
         self._check = check
-        self._held = bytearray()
-        self._server = bytearray()
+        self._held: bytes | bytearray = _NOTHING
+        # The server's first bytes, up to a ServerHello's random (a few dozen bytes: copied).
+        self._server = _NOTHING
         self.state = GateState.FIRST_HELLO
 
     @property
@@ -122,7 +126,11 @@ class HelloGate:
             return GateStep(to_upstream=data)
         if self.state is GateState.REFUSED:
             return _WAIT
-        self._held += data
+        held = self._held
+        if isinstance(held, bytearray):
+            held += data
+        else:
+            self._held = bytearray(data)
         if self.state is GateState.FIRST_HELLO:
             return self._first_hello()
         if self.state is GateState.SECOND_HELLO:
@@ -137,11 +145,11 @@ class HelloGate:
         """The server's bytes (always relayed to the client by the owner); may release held bytes."""
         if self.state is not GateState.AWAIT_SERVER:
             return _WAIT
-        self._server += data[: SERVER_HELLO_PREFIX_BYTES - len(self._server)]
-        flight = classify_server_flight(bytes(self._server))
+        self._server += bytes(data[: SERVER_HELLO_PREFIX_BYTES - len(self._server)])
+        flight = classify_server_flight(self._server)
         if flight is ServerFlight.NEED_MORE:
             return _WAIT
-        self._server = bytearray()
+        self._server = _NOTHING
         if flight is ServerFlight.RETRY:
             self.state = GateState.SECOND_HELLO
             return self._second_hello()
@@ -157,7 +165,7 @@ class HelloGate:
         if peek.status is not PeekStatus.COMPLETE:
             return self._release()  # not TLS (and allowed as such): nothing more to watch
         hello = bytes(self._held[: peek.consumed])
-        del self._held[: peek.consumed]
+        self._held = self._held[peek.consumed :]
         self.state = GateState.AWAIT_SERVER
         return GateStep(to_upstream=hello)
 
@@ -178,10 +186,10 @@ class HelloGate:
     def _release(self) -> GateStep:
         self.state = GateState.OPEN
         held = bytes(self._held)
-        self._held = bytearray()
+        self._held = _NOTHING
         return GateStep(to_upstream=held)
 
     def _refuse(self, reason: str) -> GateStep:
         self.state = GateState.REFUSED
-        self._held = bytearray()
+        self._held = _NOTHING
         return GateStep(refusal=reason)
