@@ -9,7 +9,10 @@ and byte counts. Never a query string, never a search query, never a credential 
 Lines are buffered and leave in one write() at most `FLUSH_INTERVAL_S` after the first of them
 (or as soon as `MAX_PENDING_LINES` are waiting): at thousands of tunnels per second a write() per
 line was the largest single cost of a tunnel after the kernel's own. `flush()` writes at once
-(the tools API calls it before answering) and `close()` flushes at shutdown.
+(the tools API calls it before answering) and `close()` flushes at shutdown. On the proxy's hot
+path a line's members that repeat from line to line (a decision's, a client's) are serialized
+once (`json_members`) and joined (`write_members`, `tunnel_closed`): the same bytes as the line
+built from a dict, without the dict.
 
 When the destination cannot be written, no partial line is left (the sink cuts it back), the
 failure is logged once and counted, lines are held (bounded) and retried, and, unless
@@ -34,6 +37,7 @@ import orjson
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
+from gateway.observe.audit_members import TunnelTarget, close_members, json_members
 from gateway.observe.audit_sink import AuditSink
 from gateway.observe.verdicts import outcome_for_close, outcome_for_code, rule_for_code, verdict_of_failure
 
@@ -64,16 +68,6 @@ class DecidedTarget(Protocol):
 
     @property
     def rule_pattern(self) -> str | None: ...
-
-
-class TunnelTarget(DecidedTarget, Protocol):
-    """What a tunnel's close line names of its target (the egress core's `PinnedTarget`)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def port(self) -> int: ...
 
 
 class _Clock:
@@ -116,20 +110,6 @@ _PROCESS_TAG = os.urandom(4).hex()
 _SEQUENCE = itertools.count(1)
 
 
-def _close_members(kind: str, principal: str, target: TunnelTarget) -> tuple[bytes, bytes]:
-    """A close line's members before its counts (`event` to `port`) and after its outcome
-    (`generation`, `rule`, `rule_pattern`, with a leading comma), as `connection_closed` orders them."""
-    head = json_members(
-        {"event": "close", "kind": kind, "principal": principal, "host": target.name, "port": target.port}
-    )
-    decided: dict[str, Any] = {"generation": target.generation}
-    if target.rule is not None:
-        decided["rule"] = target.rule
-        if target.rule_pattern is not None:
-            decided["rule_pattern"] = target.rule_pattern
-    return head, b"," + json_members(decided)
-
-
 def utc_timestamp(now: float | None = None) -> str:
     return _CLOCK.timestamp(time.time() if now is None else now)
 
@@ -151,13 +131,6 @@ def connection_fields(peer: object) -> dict[str, Any]:
 def new_connection_id() -> str:
     """An id unique across gateway processes (random per process) and cheap (a counter)."""
     return f"{_PROCESS_TAG}-{next(_SEQUENCE):x}"
-
-
-def json_members(fields: Mapping[str, Any]) -> bytes:
-    """`fields` as the members of a JSON object without its braces (`"k":v,…`; the caller leaves
-    out None values), for `AuditLog.write_members`: members that repeat from line to line (a
-    decision's, a client's) are serialized once instead of built into a dict for every line."""
-    return orjson.dumps(fields, default=str)[1:-1]
 
 
 class AuditLog:
@@ -484,7 +457,7 @@ class AuditLog:
         key = (kind, id(target))
         parts = self._close_parts.get(key)
         if parts is None or parts[0] is not target or parts[1] != principal:
-            parts = self._close_parts.put(key, (target, principal, *_close_members(kind, principal, target)))
+            parts = self._close_parts.put(key, (target, principal, *close_members(kind, principal, target)))
         counts = {
             "bytes_up": bytes_up,
             "bytes_down": bytes_down,

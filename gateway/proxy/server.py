@@ -4,7 +4,8 @@ Owns the client side of every proxy connection as an asyncio Protocol that feeds
 its `request_framing.RequestFraming` (the sans-I/O request half: parsing, caps, pipelining,
 keep-alive intent) and its `connection_deadlines.ClientLimits` (the head deadline against
 slowloris, the keep-alive idle time, the half-close, whether another request is served) and
-carries out what they say: its one entry in the listener's `deadline.DeadlineWheel` moved, the
+carries out what they say: its one entry in the listener's `deadline.DeadlineWheel` moved (the
+entry also bounds each attempt of a CONNECT's dial, as the dialer's `DialDeadline`), the
 write side kept open after the client's FIN, the connection aborted or closed, pipelined requests
 answered in order, denials with X-Egress-Code, live permission after a
 policy reload, and drain on shutdown. Each absolute-URI request goes to

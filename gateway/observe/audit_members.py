@@ -1,0 +1,56 @@
+"""Members of audit lines serialized once: the part of a line that repeats from line to line.
+
+Owns the bytes form of what `audit.AuditLog` writes on the proxy's hot path: a dict's members
+without its braces (`json_members`), and the members of a tunnel's close line that depend only on
+its decision (`close_members`), in the order `AuditLog.connection_closed` writes them, so a line
+joined from them is byte for byte the line built from a dict. Never writes a line itself, never
+decides which fields a line has beyond that order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import orjson
+
+
+class TunnelTarget(Protocol):
+    """What a tunnel's close line names of its decision (the egress core's `PinnedTarget`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def rule(self) -> str | None: ...
+
+    @property
+    def rule_pattern(self) -> str | None: ...
+
+
+def json_members(fields: Mapping[str, Any]) -> bytes:
+    """`fields` as the members of a JSON object without its braces (`"k":v,…`; a None is written
+    as null, so a caller that leaves None out drops it first), for `AuditLog.write_members`:
+    members that repeat from line to line (a decision's, a client's) are serialized once instead
+    of built into a dict for every line."""
+    return orjson.dumps(fields, default=str)[1:-1]
+
+
+def close_members(kind: str, principal: str, target: TunnelTarget) -> tuple[bytes, bytes]:
+    """A close line's members before its counts (`event` to `port`) and after its outcome
+    (`generation`, `rule`, `rule_pattern`, with a leading comma), as `connection_closed` orders them."""
+    head = json_members(
+        {"event": "close", "kind": kind, "principal": principal, "host": target.name, "port": target.port}
+    )
+    decided: dict[str, Any] = {"generation": target.generation}
+    if target.rule is not None:
+        decided["rule"] = target.rule
+        if target.rule_pattern is not None:
+            decided["rule_pattern"] = target.rule_pattern
+    return head, b"," + json_members(decided)
