@@ -103,7 +103,7 @@ class RequestFraming:
     )
 
     def __init__(self) -> None:
-        self._parser = httptools.HttpRequestParser(self)
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         self._events: list[RequestEvent] = []
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
@@ -127,12 +127,13 @@ class RequestFraming:
             return []
         events = self._events = []
         parser = self._parser
+        assert parser is not None  # let go of only once done
         if self._in_head:
             self._raw_head_bytes += len(data)
         try:
             parser.feed_data(data)
         except httptools.HttpParserUpgrade as upgrade:
-            self.done = True
+            self._finish()
             if parser.get_method() != b"CONNECT":
                 events.append(
                     Refusal(GatewayError(ErrorCode.INVALID_INPUT, "protocol upgrades are not proxied; use CONNECT"))
@@ -141,7 +142,7 @@ class RequestFraming:
                 events.append(ConnectHead(self._url, self._authorization, data[upgrade.args[0] :]))
             return events
         except httptools.HttpParserError as exc:
-            self.done = True
+            self._finish()
             if not self._no_more_requests:
                 events.append(
                     Refusal(self._refusal or GatewayError(ErrorCode.INVALID_INPUT, f"malformed request: {exc}"))
@@ -150,11 +151,17 @@ class RequestFraming:
             # not processed; it is still owed its response, so the bytes are dropped, not refused.
             return events
         if self._no_more_requests:
-            self.done = True
+            self._finish()
         elif self._in_head and self._raw_head_bytes > MAX_HEAD_BYTES:
-            self.done = True
+            self._finish()
             events.append(Refusal(GatewayError(ErrorCode.TOO_LARGE, "the request head is too large", status=431)))
         return events
+
+    def _finish(self) -> None:
+        """Nothing more is parsed: the parser is let go of. It holds this object's callbacks, a
+        reference cycle the garbage collector would otherwise have to find (once per tunnel)."""
+        self.done = True
+        self._parser = None
 
     def _refuse(self, error: GatewayError) -> None:
         self._refusal = error
@@ -206,6 +213,7 @@ class RequestFraming:
 
     def on_headers_complete(self) -> None:
         parser = self._parser
+        assert parser is not None  # callbacks run inside feed_data
         self._in_head = False
         self._raw_head_bytes = 0
         values = self._connection_values
@@ -238,8 +246,10 @@ class RequestFraming:
 
     def on_message_complete(self) -> None:
         self._in_head = True
-        if self._parser.get_method() == b"CONNECT":
+        parser = self._parser
+        assert parser is not None  # callbacks run inside feed_data
+        if parser.get_method() == b"CONNECT":
             return  # no HTTP message follows: `feed` hands the rest to the tunnel
-        if not self._parser.should_keep_alive():
+        if not parser.should_keep_alive():
             self._no_more_requests = True
         self._events.append(_END)

@@ -6,6 +6,8 @@ request (or a pipeline) produces, in reads of several sizes where the split matt
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from gateway.errors import ErrorCode
@@ -169,3 +171,34 @@ def test_nothing_is_parsed_after_a_refusal() -> None:
     framing = RequestFraming()
     assert isinstance(framing.feed(b"GET http://a/ HTTP/1.1\nX: a\n\n")[-1], Refusal)
     assert framing.feed(GET) == []
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"CONNECT docs.example.org:443 HTTP/1.1\r\nHost: docs.example.org:443\r\n\r\n", id="connect"),
+        pytest.param(b"GET http://docs.example.org/ HTTP/1.1\r\nConnection: close\r\n\r\n", id="asked-to-close"),
+        pytest.param(
+            b"GET http://docs.example.org/ HTTP/1.1\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n", id="upgrade"
+        ),
+        pytest.param(b"BREW / HTTP/1.1\r\n\r\n", id="malformed"),
+    ],
+)
+def test_a_framing_done_parsing_leaves_no_reference_cycle(data: bytes) -> None:
+    # The parser holds the framing's callbacks: once nothing more is parsed, the framing lets go of
+    # it, so a tunnel's or a refused connection's framing is freed without the garbage collector.
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        framing = RequestFraming()
+        framing.feed(data)
+        assert framing.done
+        del framing
+        gc.collect()
+        left = [item for item in gc.garbage if isinstance(item, RequestFraming)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == []
