@@ -8,8 +8,11 @@ socket at a time, no TLS through the tunnel) and for `--requests` keep-alive `GE
 connection, and prints them per operation. Repeated runs of one tree agree within about ±3 k
 instructions per tunnel, so two trees can be compared where CPU time on a shared machine cannot.
 Sequential tunnels flush the audit buffer about once per tunnel, so its share is overstated.
+`--concurrency N` opens the tunnels (warm-up included, from a cold DNS cache) from N client
+threads at once instead, as a concurrent load does.
 
     .venv/bin/python bench/callgrind_proxy.py [--tree DIR ...] [--tunnels 1000] [--requests 1000] [--floor]
+        [--concurrency N]
 
 Each `--tree` (default: this checkout) is measured in turn, in its own gateway process; pass
 frozen copies (`cp -r`) of the trees to compare, not a tree being edited. `--floor` measures
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import trustme
@@ -58,6 +62,16 @@ def policy_text() -> str:
             "proxy": {"max_tunnels_per_principal": 4096, "max_tunnels_total": 8192},
         }
     )
+
+
+def concurrent_tunnels(port: int, count: int, concurrency: int) -> None:
+    """`count` tunnels, `concurrency` clients at a time (each opens its share one after another)."""
+    if concurrency <= 1:
+        tunnels(port, count)
+        return
+    with ThreadPoolExecutor(concurrency) as pool:
+        for done in [pool.submit(tunnels, port, count // concurrency) for _ in range(concurrency)]:
+            done.result()
 
 
 def tunnels(port: int, count: int) -> None:
@@ -151,19 +165,27 @@ class Callgrind:
 
 
 def measure(
-    tree: Path, python: str, nameserver: str, tunnel_count: int, request_count: int, keep: Path | None, floor: bool
+    tree: Path,
+    python: str,
+    nameserver: str,
+    tunnel_count: int,
+    request_count: int,
+    keep: Path | None,
+    floor: bool,
+    concurrency: int = 1,
 ) -> str:
     work = Path(tempfile.mkdtemp(prefix="cg-proxy-"))
     work.chmod(0o777)
     gateway = Callgrind(tree, python, work, nameserver, floor=floor)
     try:
-        tunnels(gateway.port, WARM_OPERATIONS)
+        concurrent_tunnels(gateway.port, WARM_OPERATIONS, concurrency)
         requests(gateway.port, WARM_OPERATIONS)
         parts = [str(tree) + (" (bench/proxy_floor.py)" if floor else "")]
         if tunnel_count:
             gateway.zero()
-            tunnels(gateway.port, tunnel_count)
-            parts.append(f"{gateway.instructions(keep) / tunnel_count / 1000:.1f} k instructions per tunnel")
+            concurrent_tunnels(gateway.port, tunnel_count, concurrency)
+            opened = tunnel_count // max(concurrency, 1) * max(concurrency, 1)
+            parts.append(f"{gateway.instructions(keep) / opened / 1000:.1f} k instructions per tunnel")
         if request_count:
             gateway.zero()
             requests(gateway.port, request_count)
@@ -180,6 +202,7 @@ def main() -> None:
     parser.add_argument("--tunnels", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--concurrency", type=int, default=1, help="client threads opening tunnels at once")
     parser.add_argument("--floor", action="store_true", help="measure bench/proxy_floor.py instead of the gateway")
     parser.add_argument("--keep-dump", type=Path, help="copy the tunnels' callgrind dump here (for callgrind_annotate)")
     args = parser.parse_args()
@@ -194,7 +217,14 @@ def main() -> None:
         for tree in trees:
             started = time.monotonic()
             line = measure(
-                tree.resolve(), args.python, dns.nameserver, args.tunnels, args.requests, args.keep_dump, args.floor
+                tree.resolve(),
+                args.python,
+                dns.nameserver,
+                args.tunnels,
+                args.requests,
+                args.keep_dump,
+                args.floor,
+                args.concurrency,
             )
             print(f"{line} ({time.monotonic() - started:.0f} s)", flush=True)
     finally:
