@@ -63,10 +63,14 @@ ARTICLE = (
 ).encode()
 
 
-def bomb_app() -> web.Application:
+def bomb_app(served: list[str] | None = None) -> web.Application:
+    """The hostile pages; `served` collects the path of each bomb as its body is handed over."""
+
     async def serve(request: web.Request) -> web.Response:
         kind, size = request.match_info["kind"], request.match_info["size"]
         body = bomb(kind, SMALL_BOMB_BYTES if size == "small" else LARGE_BOMB_BYTES)
+        if served is not None:
+            served.append(request.path)
         return web.Response(body=body, content_type="text/html", charset="utf-8")
 
     async def article(request: web.Request) -> web.Response:
@@ -92,6 +96,7 @@ def bomb_app() -> web.Application:
 class BombStack:
     origin: Origin
     gateway: GatewayProcess
+    served: list[str]
 
     def fetch(self, path: str) -> httpx.Response:
         payload = {"url": self.origin.url(path, "hostile.example.org"), "maxChars": 1_000}
@@ -135,7 +140,8 @@ def bomb_stack(
     harness_loop: HarnessLoop, pki: TestPKI, fake_dns: FakeDNS, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BombStack]:
     factory = OriginFactory(harness_loop, pki, fake_dns)
-    origin = factory.start(bomb_app(), names=["hostile.example.org"])
+    served: list[str] = []
+    origin = factory.start(bomb_app(served), names=["hostile.example.org"])
     policy = policy_document(
         allow_cidrs=[origin.cidr],
         ports=[80, 443, origin.port],
@@ -143,7 +149,7 @@ def bomb_stack(
     )
     workdir = tmp_path_factory.mktemp("bomb-gateway")
     gateway = GatewayProcess(workdir, policy, nameserver=fake_dns.nameserver, ca_bundle=pki.ca_path).start()
-    yield BombStack(origin, gateway)
+    yield BombStack(origin, gateway, served)
     gateway.stop()
     factory.stop_all()
 
@@ -171,9 +177,12 @@ def test_a_large_html_bomb_meets_the_time_limit_and_delays_others_at_most_that(b
         results[name] = bomb_stack.fetch(path)
 
     with HealthzPinger(f"{bomb_stack.gateway.admin_url}/healthz") as pinger:
+        already = bomb_stack.served.count("/bomb/table/large")
         hostile = threading.Thread(target=fetch, args=("bomb", "/bomb/table/large"))
         hostile.start()
-        time.sleep(0.5)  # the bomb holds the only worker now
+        # The article is asked for only once the bomb has left the origin: the gateway has it and
+        # hands it to the only worker before the article's own download ends.
+        assert _wait_for(lambda: bomb_stack.served.count("/bomb/table/large") > already), "the bomb was never fetched"
         fetch("article", "/article")
         hostile.join(60)
     bomb_response = results["bomb"]
