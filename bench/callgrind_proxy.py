@@ -4,21 +4,25 @@ Runs the gateway's proxy (`bench/proxy.py --serve-gateway`, the bench's wiring: 
 DNS cache, audit to a file, metrics) under `valgrind --tool=callgrind` with nginx and the fake DNS
 as `bench/proxy.py` sets them up, warms it (200 tunnels, 200 requests), then counts the
 instructions the process executes for `--tunnels` sequential CONNECT → 200 → close (one client
-socket at a time, no TLS through the tunnel) and for `--requests` keep-alive `GET /1k` on one
-connection, and prints them per operation. Repeated runs of one tree agree within about ±3 k
-instructions per tunnel, so two trees can be compared where CPU time on a shared machine cannot.
-Sequential tunnels flush the audit buffer about once per tunnel, so its share is overstated.
-`--concurrency N` opens the tunnels (warm-up included, from a cold DNS cache) from N client
-threads at once instead, as a concurrent load does.
+socket at a time, no TLS through the tunnel) and for `--requests` keep-alive absolute-URI
+`GET /1k` one after the other (on one connection, or on `--connections` of them in turn, one
+request each per round), and prints them per operation. Repeated runs of one tree agree within
+about ±3 k instructions per operation, so two trees can be compared where CPU time on a shared
+machine cannot. Sequential tunnels flush the audit buffer about once per tunnel, so its share is
+overstated. `--concurrency N` opens the tunnels (warm-up included, from a cold DNS cache) from N
+client threads at once instead, as a concurrent load does.
 
-    .venv/bin/python bench/callgrind_proxy.py [--tree DIR ...] [--tunnels 1000] [--requests 1000] [--floor]
-        [--concurrency N]
+    .venv/bin/python bench/callgrind_proxy.py [--tree DIR ...] [--tunnels 1000] [--requests 1000]
+        [--connections 1] [--keep-dump DIR] [--concurrency N] [--floor]
 
 Each `--tree` (default: this checkout) is measured in turn, in its own gateway process; pass
-frozen copies (`cp -r`) of the trees to compare, not a tree being edited. `--floor` measures
-`bench/proxy_floor.py` (the least a uvloop proxy does, dialing the origin's address) in the same
-way instead of the gateway. `--python` is the interpreter run under valgrind (default this one).
-Needs root (nginx binds :80/:443 on BENCH_ORIGIN_IP, default 127.0.0.2), nginx and valgrind.
+frozen copies (`cp -r`) of the trees to compare, not a tree being edited. `--tunnels 0` or
+`--requests 0` skips that part. `--keep-dump DIR` keeps each part's callgrind dump there
+(`<tree>.tunnels.cg`, `<tree>.requests.cg`, for `callgrind_annotate --inclusive=yes`). `--python`
+is the interpreter run under valgrind (default this one). `--floor` measures `bench/proxy_floor.py`
+(the least a uvloop proxy does, dialing the origin's address) in the same way instead of the
+gateway. Needs root (nginx binds :80/:443 on BENCH_ORIGIN_IP, default 127.0.0.2), nginx and
+valgrind.
 """
 
 from __future__ import annotations
@@ -89,17 +93,40 @@ def tunnels(port: int, count: int) -> None:
                 raise RuntimeError(f"tunnel refused: {data!r}")
 
 
-def requests(port: int, count: int) -> None:
+def read_response(sock: socket.socket, pending: bytes) -> bytes:
+    """Read one 200 response with a Content-Length body; returns the bytes after it."""
+    while b"\r\n\r\n" not in pending:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise RuntimeError("the proxy closed the connection")
+        pending += chunk
+    head, _, rest = pending.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"unexpected response: {head[:80]!r}")
+    lowered = head.lower()
+    at = lowered.index(b"content-length:") + len(b"content-length:")
+    end = lowered.find(b"\r\n", at)
+    length = int(lowered[at : end if end > 0 else None])
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise RuntimeError("the proxy closed the connection mid-body")
+        rest += chunk
+    return rest[length:]
+
+
+def requests(port: int, count: int, connections: int) -> None:
     request = f"GET http://{NAME}/1k HTTP/1.1\r\nHost: {NAME}\r\n\r\n".encode()
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        for _ in range(count):
-            sock.sendall(request)
-            data = b""
-            while not (b"\r\n\r\n" in data and len(data.split(b"\r\n\r\n", 1)[1]) >= BODY_1K):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    raise RuntimeError(f"request failed: {data!r}")
-                data += chunk
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(connections)]
+    try:
+        pending = [b""] * connections
+        for i in range(count):
+            which = i % connections
+            socks[which].sendall(request)
+            pending[which] = read_response(socks[which], pending[which])
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 class Callgrind:
@@ -136,7 +163,7 @@ class Callgrind:
         subprocess.run(["callgrind_control", "--zero", str(self.proc.pid)], capture_output=True, check=True)
 
     def instructions(self, keep: Path | None = None) -> int:
-        """Instructions since the last `zero` (dumped to a file and read back; copied to `keep`)."""
+        """Instructions since the last `zero` (dumped to a file and read back; copied to the file `keep`)."""
         for path in glob.glob(f"{self.work}/cg.*"):
             os.remove(path)
         subprocess.run(["callgrind_control", "--dump", str(self.proc.pid)], capture_output=True, check=True)
@@ -164,33 +191,31 @@ class Callgrind:
             self.proc.wait()
 
 
-def measure(
-    tree: Path,
-    python: str,
-    nameserver: str,
-    tunnel_count: int,
-    request_count: int,
-    keep: Path | None,
-    floor: bool,
-    concurrency: int = 1,
-) -> str:
+def measure(tree: Path, python: str, nameserver: str, counts: argparse.Namespace) -> str:
     work = Path(tempfile.mkdtemp(prefix="cg-proxy-"))
     work.chmod(0o777)
-    gateway = Callgrind(tree, python, work, nameserver, floor=floor)
+    keep: Path | None = counts.keep_dump
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+    gateway = Callgrind(tree, python, work, nameserver, floor=counts.floor)
+    concurrency = max(counts.concurrency, 1)
     try:
         concurrent_tunnels(gateway.port, WARM_OPERATIONS, concurrency)
-        requests(gateway.port, WARM_OPERATIONS)
-        parts = [str(tree) + (" (bench/proxy_floor.py)" if floor else "")]
-        if tunnel_count:
+        requests(gateway.port, WARM_OPERATIONS, counts.connections)
+        parts = []
+        if counts.tunnels:
             gateway.zero()
-            concurrent_tunnels(gateway.port, tunnel_count, concurrency)
-            opened = tunnel_count // max(concurrency, 1) * max(concurrency, 1)
-            parts.append(f"{gateway.instructions(keep) / opened / 1000:.1f} k instructions per tunnel")
-        if request_count:
+            concurrent_tunnels(gateway.port, counts.tunnels, concurrency)
+            opened = counts.tunnels // concurrency * concurrency
+            dump = keep / f"{tree.name}.tunnels.cg" if keep is not None else None
+            parts.append(f"{gateway.instructions(dump) / opened / 1000:.1f} k instructions per tunnel")
+        if counts.requests:
             gateway.zero()
-            requests(gateway.port, request_count)
-            parts.append(f"{gateway.instructions() / request_count / 1000:.1f} k per HTTP request")
-        return ": ".join(parts[:1]) + ": " + ", ".join(parts[1:])
+            requests(gateway.port, counts.requests, counts.connections)
+            dump = keep / f"{tree.name}.requests.cg" if keep is not None else None
+            per_request = gateway.instructions(dump) / counts.requests / 1000
+            parts.append(f"{per_request:.1f} k per HTTP request ({counts.connections} connection(s))")
+        return f"{tree}{' (bench/proxy_floor.py)' if counts.floor else ''}: " + ", ".join(parts)
     finally:
         gateway.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -201,10 +226,11 @@ def main() -> None:
     parser.add_argument("--tree", action="append", type=Path, help="a checkout to measure (repeatable)")
     parser.add_argument("--tunnels", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--connections", type=int, default=1, help="keep-alive connections the requests take turns on")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--concurrency", type=int, default=1, help="client threads opening tunnels at once")
     parser.add_argument("--floor", action="store_true", help="measure bench/proxy_floor.py instead of the gateway")
-    parser.add_argument("--keep-dump", type=Path, help="copy the tunnels' callgrind dump here (for callgrind_annotate)")
+    parser.add_argument("--keep-dump", type=Path, help="a directory to keep each part's callgrind dump in")
     args = parser.parse_args()
     trees: list[Path] = args.tree or [REPO]
     work = Path(tempfile.mkdtemp(prefix="cg-origin-"))
@@ -216,16 +242,7 @@ def main() -> None:
     try:
         for tree in trees:
             started = time.monotonic()
-            line = measure(
-                tree.resolve(),
-                args.python,
-                dns.nameserver,
-                args.tunnels,
-                args.requests,
-                args.keep_dump,
-                args.floor,
-                args.concurrency,
-            )
+            line = measure(tree.resolve(), args.python, dns.nameserver, args)
             print(f"{line} ({time.monotonic() - started:.0f} s)", flush=True)
     finally:
         nginx.send_signal(signal.SIGTERM)

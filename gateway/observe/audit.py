@@ -397,17 +397,17 @@ class AuditLog:
         principal: str,
         target: TunnelTarget,
         *,
-        address: str,
+        address: str | None,
         client: Mapping[str, Any],
         bytes_up: int,
         bytes_down: int,
         duration_s: float,
         reason: str,
+        request: Mapping[str, Any] | None = None,
     ) -> None:
-        """A tunnel's close line: the line `connection_closed(host=target.name, port=target.port,
-        target=target, address=address, **client)` writes, byte for byte, without its keyword
-        dicts, and with the members that are the same for every tunnel of a decision serialized
-        once per decision."""
+        """A tunnel's (or forwarded request's) close line: the bytes `connection_closed(host=target.name,
+        port=target.port, target=target, **request, address=address, **client)` writes (`request` has
+        no None), the members every line of a decision shares serialized once per decision."""
         outcome = outcome_for_close(reason)
         counter = self._close_outcomes.get((kind, outcome))
         if counter is None:
@@ -436,8 +436,8 @@ class AuditLog:
                     b",",
                     json_members(counts),
                     parts[3],
-                    b',"address":',
-                    orjson.dumps(address, default=str),
+                    b"," + json_members(request) if request else b"",
+                    b',"address":' + orjson.dumps(address, default=str) if address is not None else b"",
                     b"," + json_members(client) if client else b"",
                     b"}\n",
                 )

@@ -149,21 +149,24 @@ class ProxyDecisions:
             _FORWARD_UP.inc(exchange.bytes_up)
             _FORWARD_DOWN.inc(exchange.bytes_down)
             upstream = exchange.upstream
-            self.audit.connection_closed(
-                kind=self.kind_override or "http",
-                principal=exchange.principal,
-                host=target.name,
-                port=target.port,
+            # The tunnel's close line with the request's members before the address: the members
+            # every line of this decision shares are serialized once, not built into a dict per request.
+            request: dict[str, Any] = {"method": self.method_name(exchange.method)}
+            if exchange.audit_path is not None:
+                request["path"] = exchange.audit_path
+            if exchange.status:
+                request["status"] = exchange.status
+            self.audit.tunnel_closed(
+                self.kind_override or "http",
+                exchange.principal,
+                target,
+                address=(upstream.key[1] or None) if upstream is not None else None,
+                client=exchange.client.audit_fields,
                 bytes_up=exchange.bytes_up,
                 bytes_down=exchange.bytes_down,
                 duration_s=time.perf_counter() - exchange.started,
                 reason=reason,
-                target=target,
-                method=self.method_name(exchange.method),
-                path=exchange.audit_path,
-                status=exchange.status or None,
-                address=(upstream.key[1] or None) if upstream is not None else None,
-                **exchange.client.audit_fields,
+                request=request,
             )
 
     def count_decision(self, kind: str, decision: str, code: str) -> None:

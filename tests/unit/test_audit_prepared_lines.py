@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -14,6 +15,8 @@ from gateway.observe import metrics
 from gateway.observe.audit import AuditLog, new_connection_id
 from gateway.policy.model import Principal
 from gateway.proxy.decision_caches import ProxyDecisions
+from gateway.proxy.exchange import ClientSide, ForwardExchange
+from gateway.proxy.forward import UpstreamConnection
 from gateway.vet.urls import vet_host
 
 CLIENT = {"conn": new_connection_id(), "client_ip": "127.0.0.9", "client_port": 40123}
@@ -147,3 +150,82 @@ def test_an_allow_line_is_the_decision_line_built_field_by_field_and_counted_eac
     assert prepared == generic
     assert again == generic
     assert counter.value == counted + 2
+
+
+class _Client:
+    """The part of a client connection a close line reads: its audit fields."""
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.audit_fields = fields
+
+
+class _Upstream:
+    """The part of an upstream connection a close line reads: its pool key (address second)."""
+
+    def __init__(self, address: str) -> None:
+        self.key = ("agent", address, "bench.example.org", 80)
+
+
+EXCHANGES = [
+    pytest.param("GET", "/docs/a", 200, "127.0.0.3", id="answered"),
+    pytest.param("POST", None, 502, "127.0.0.3", id="paths-off"),
+    pytest.param("GET", "/docs/a", 0, "", id="no-status-no-address"),
+    pytest.param("HEAD", "/", 204, None, id="never-dialed"),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize(("method", "http_path", "status", "address"), EXCHANGES)
+def test_a_forwarded_requests_close_line_is_the_generic_close_line(
+    tmp_path: Path,
+    target: PinnedTarget,
+    client: dict[str, Any],
+    method: str,
+    http_path: str | None,
+    status: int,
+    address: str | None,
+) -> None:
+    path = tmp_path / "audit.log"
+    audit = AuditLog(str(path))
+    decisions = ProxyDecisions(audit)
+    exchange = ForwardExchange(
+        cast(ClientSide, _Client(client)),
+        method.encode(),
+        chunked_request=False,
+        client_http10=False,
+        client_keep_alive=True,
+    )
+    exchange.target = target
+    exchange.principal = "agent"
+    exchange.audit_path = http_path
+    exchange.status = status
+    exchange.bytes_up = 517
+    exchange.bytes_down = 4096
+    exchange.upstream = None if address is None else cast(UpstreamConnection, _Upstream(address))
+    for _ in range(2):  # the second line comes from the members kept for this decision
+        decisions.record_exchange_close(exchange, "client_closed")
+        audit.flush()
+        # The same duration for the line built field by field: the clock moves between the two.
+        duration = json.loads(path.read_bytes().splitlines()[-1])["duration_s"]
+        audit.connection_closed(
+            kind="http",
+            principal="agent",
+            host=target.name,
+            port=target.port,
+            bytes_up=517,
+            bytes_down=4096,
+            duration_s=duration,
+            reason="client_closed",
+            target=target,
+            method=method,
+            path=http_path,
+            status=status or None,
+            address=address or None,
+            **client,
+        )
+    audit.close()
+    prepared, generic, again, generic_again = _bodies(path)
+    assert prepared == generic
+    assert again == generic_again
+    assert b'"outcome":"ok"' in prepared
