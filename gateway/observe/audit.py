@@ -31,14 +31,14 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
-from gateway.observe.audit_members import TunnelTarget, close_members, json_members
+from gateway.observe.audit_members import DecidedTarget, TunnelTarget, close_members, json_members
 from gateway.observe.audit_repeats import DEFAULT_AGGREGATE_S, DenialAggregator
 from gateway.observe.audit_sink import AuditSink
 from gateway.observe.verdicts import outcome_for_close, outcome_for_code, rule_for_code, verdict_of_failure
@@ -55,19 +55,6 @@ MAX_RETAINED_LINES = 10_000
 RETRY_INTERVAL_S = 1.0
 # Decisions whose close-line members are kept serialized; cleared when full.
 MAX_PREPARED_TARGETS = 4096
-
-
-class DecidedTarget(Protocol):
-    """What a close line repeats of its decision (the egress core's `PinnedTarget`)."""
-
-    @property
-    def generation(self) -> int: ...
-
-    @property
-    def rule(self) -> str | None: ...
-
-    @property
-    def rule_pattern(self) -> str | None: ...
 
 
 class _Clock:
@@ -341,6 +328,16 @@ class AuditLog:
         # The fields as they are, not spread into a second keyword dict.
         self._write_fields("decision", fields)
 
+    def _count_close(self, kind: str, reason: str) -> str:
+        """Count a close line's outcome (through a remembered counter child: `labels()` sorts and
+        locks on every call) and return it."""
+        outcome = outcome_for_close(reason)
+        counter = self._close_outcomes.get((kind, outcome))
+        if counter is None:
+            counter = self._close_outcomes[(kind, outcome)] = metrics.OUTCOMES.labels(kind, outcome)
+        counter.inc()
+        return outcome
+
     def connection_closed(
         self,
         *,
@@ -357,11 +354,7 @@ class AuditLog:
     ) -> None:
         """The close line of a tunnel or a forwarded request: the proxy writes one per connection.
         With `target`, it repeats the generation and rule it was allowed under."""
-        outcome = outcome_for_close(reason)
-        counter = self._close_outcomes.get((kind, outcome))
-        if counter is None:
-            counter = self._close_outcomes[(kind, outcome)] = metrics.OUTCOMES.labels(kind, outcome)
-        counter.inc()
+        outcome = self._count_close(kind, reason)
         if self._sink is None:
             return
         record = {
@@ -408,11 +401,7 @@ class AuditLog:
         """A tunnel's (or forwarded request's) close line: the bytes `connection_closed(host=target.name,
         port=target.port, target=target, **request, address=address, **client)` writes (`request` has
         no None), the members every line of a decision shares serialized once per decision."""
-        outcome = outcome_for_close(reason)
-        counter = self._close_outcomes.get((kind, outcome))
-        if counter is None:
-            counter = self._close_outcomes[(kind, outcome)] = metrics.OUTCOMES.labels(kind, outcome)
-        counter.inc()
+        outcome = self._count_close(kind, reason)
         if self._sink is None:
             return
         key = (kind, id(target))

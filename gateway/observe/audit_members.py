@@ -15,14 +15,8 @@ from typing import Any, Protocol
 import orjson
 
 
-class TunnelTarget(Protocol):
-    """What a tunnel's close line names of its decision (the egress core's `PinnedTarget`)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def port(self) -> int: ...
+class DecidedTarget(Protocol):
+    """What a close line repeats of its decision (the egress core's `PinnedTarget`)."""
 
     @property
     def generation(self) -> int: ...
@@ -32,6 +26,16 @@ class TunnelTarget(Protocol):
 
     @property
     def rule_pattern(self) -> str | None: ...
+
+
+class TunnelTarget(DecidedTarget, Protocol):
+    """What a tunnel's close line names of its decision: the decision's fields and where it went."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
 
 
 def json_members(fields: Mapping[str, Any]) -> bytes:
