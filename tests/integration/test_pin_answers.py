@@ -35,13 +35,18 @@ class Clock:
         return self.now
 
 
-async def test_an_answer_stored_again_is_the_one_the_remembered_target_holds(fake_dns: FakeDNS) -> None:
-    fake_dns.add("again.example.com", "93.184.216.34", ttl=TTL_S)
-    loaded = LoadedPolicy(parse_policy(POLICY), 3)
-    principal = loaded.policy.principals["default"]
+def _core(fake_dns: FakeDNS, generation: int) -> tuple[LoadedPolicy, Clock, Resolver, EgressCore]:
+    """The egress core on the real resolver, whose cache expires when the test moves its clock."""
+    loaded = LoadedPolicy(parse_policy(POLICY), generation)
     clock = Clock()
     resolver = Resolver([fake_dns.nameserver], timeout_s=1.0, tries=1, clock=clock)
-    core = EgressCore(resolver, lambda: loaded, own_addresses(["127.0.0.1"]))
+    return loaded, clock, resolver, EgressCore(resolver, lambda: loaded, own_addresses(["127.0.0.1"]))
+
+
+async def test_an_answer_stored_again_is_the_one_the_remembered_target_holds(fake_dns: FakeDNS) -> None:
+    fake_dns.add("again.example.com", "93.184.216.34", ttl=TTL_S)
+    loaded, clock, resolver, core = _core(fake_dns, 3)
+    principal = loaded.policy.principals["default"]
     host = vet_host("again.example.com")
     try:
         assert core.pin_cached(principal, host, 443, loaded) is None
@@ -69,11 +74,8 @@ async def test_an_answer_stored_again_is_the_one_the_remembered_target_holds(fak
 
 async def test_a_changed_answer_is_vetted_again_not_reused(fake_dns: FakeDNS) -> None:
     fake_dns.add("changed.example.com", "93.184.216.34", ttl=SHORT_TTL_S)
-    loaded = LoadedPolicy(parse_policy(POLICY), 4)
+    loaded, clock, resolver, core = _core(fake_dns, 4)
     principal = loaded.policy.principals["default"]
-    clock = Clock()
-    resolver = Resolver([fake_dns.nameserver], timeout_s=1.0, tries=1, clock=clock)
-    core = EgressCore(resolver, lambda: loaded, own_addresses(["127.0.0.1"]))
     host = vet_host("changed.example.com")
     try:
         await core.pin(principal, host, 443, loaded=loaded)

@@ -298,10 +298,10 @@ def test_egress_gateway_serve_proxies_connect_on_its_proxy_listener(
 # --- the dial's own deadline (gateway/egress/connect.py) ------------------------------------------
 
 
-def _unanswering_listener() -> tuple[socket.socket, list[socket.socket]]:
+def _unanswering_listener(ip: str = "127.0.0.1") -> tuple[socket.socket, list[socket.socket]]:
     """A listener whose accept queue is full: the kernel drops further SYNs, so a connect hangs."""
     listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
+    listener.bind((ip, 0))
     listener.listen(0)
     fillers = []
     for _ in range(4):
@@ -349,16 +349,7 @@ async def test_a_dial_cancelled_from_outside_stays_cancelled_not_a_timeout() -> 
 
 def _unanswering_origin(origins: OriginFactory) -> tuple[socket.socket, list[socket.socket]]:
     """`_unanswering_listener` on an origin address of its own (the gateway's own 127.0.0.1 is denied)."""
-    listener = socket.socket()
-    listener.bind((origins.next_ip(), 0))
-    listener.listen(0)
-    fillers = []
-    for _ in range(4):
-        filler = socket.socket()
-        filler.setblocking(False)
-        filler.connect_ex(listener.getsockname())
-        fillers.append(filler)
-    return listener, fillers
+    return _unanswering_listener(origins.next_ip())
 
 
 @pytest.mark.parametrize("leaves", [False, True], ids=["client-waits", "client-resets-while-dialing"])
