@@ -2,7 +2,9 @@
 
 The resolver only answers what a name resolves to; it does not judge the answers (the address
 guard does, on every answer). No search domains are ever applied: `query` asks for the exact
-name, so `kubernetes.default` is never quietly expanded to a cluster service.
+name, so `kubernetes.default` is never quietly expanded to a cluster service. Callers that ask
+for a name while its lookup is in flight share that lookup: a burst of CONNECTs to a new name
+sends one A and one AAAA query, not a pair per CONNECT.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import aiodns.error
 import pycares
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.tasks import spawn
 from gateway.vet.addresses import IPAddress
 from gateway.vet.urls import refused_name_reason
 
@@ -62,6 +65,7 @@ class Resolver:
         self._timeout_s = timeout_s * tries + 1.0
         self._cache: OrderedDict[str, tuple[float, Resolution]] = OrderedDict()
         self._clock = clock
+        self._in_flight: dict[str, asyncio.Task[Resolution]] = {}
 
     async def close(self) -> None:
         await self._dns.close()
@@ -127,6 +131,22 @@ class Resolver:
         cached = self.cached(name)
         if cached is not None:
             return cached
+        lookup = self._in_flight.get(name)
+        if lookup is None:
+            lookup = spawn(self._lookup(name), name=f"dns {name}")
+            self._in_flight[name] = lookup
+            lookup.add_done_callback(lambda done: self._lookup_done(name, done))
+        # Shielded: a caller that gives up (its own deadline, its client gone) must not cancel the
+        # lookup the others wait on; the lookup ends by itself within its timeout.
+        return await asyncio.shield(lookup)
+
+    def _lookup_done(self, name: str, lookup: asyncio.Task[Resolution]) -> None:
+        if self._in_flight.get(name) is lookup:
+            del self._in_flight[name]
+        if not lookup.cancelled():
+            lookup.exception()  # retrieved: every waiter may have left before it ended
+
+    async def _lookup(self, name: str) -> Resolution:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self._timeout_s):
