@@ -47,7 +47,7 @@ NOT_PAUSED = PauseReason(0)
 
 
 class ClientSide(Protocol):
-    """What the forwarder and dispatcher need from the client connection (implemented in server.py)."""
+    """What the forwarder and dispatcher need from the client connection (implemented in client_connection.py)."""
 
     transport: asyncio.Transport
     # `conn`, `client_ip`, `client_port`: what every audit line of this connection carries.

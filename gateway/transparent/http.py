@@ -22,11 +22,12 @@ from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe.audit import AuditLog
 from gateway.policy.model import LoadedPolicy, Principal
+from gateway.proxy.client_connection import ClientConnection
 from gateway.proxy.decision_caches import ForwardTarget, ProxyDecisions
 from gateway.proxy.dispatch import ForwardDispatcher
 from gateway.proxy.exchange import ForwardExchange, ParsedRequest
 from gateway.proxy.request_framing import ConnectHead
-from gateway.proxy.server import ClientConnection, ProxyServer
+from gateway.proxy.server import ProxyServer
 from gateway.transparent.destination import pin_destination
 from gateway.transparent.listener import KIND, HttpHandOver
 from gateway.transparent.verdicts import principal_for_port

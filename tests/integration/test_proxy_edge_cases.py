@@ -1,9 +1,10 @@
 """Forward-proxy edge cases with real clients on loopback: pipelining, Expect: 100-continue, IPv6.
 
 - HTTP/1.1 pipelining on the plain-HTTP (absolute-URI) path: several requests in one write on one
-  connection are answered in order, each with its own body (`server.ClientConnection` queues them
-  and pauses reading until each one's turn), with and without a cached DNS answer, with a denial
-  in the middle, with a POST body in the middle, and when the client half-closes after writing.
+  connection are answered in order, each with its own body (`client_connection.ClientConnection`
+  queues them and pauses reading until each one's turn), with and without a cached DNS answer,
+  with a denial in the middle, with a POST body in the middle, and when the client half-closes
+  after writing.
 - `Expect: 100-continue` on a plain-HTTP POST. The gateway does not interpret Expect: it is not a
   hop-by-hop field (`heads.HOP_BY_HOP`), so `forward.build_request_head` forwards it to the origin;
   the gateway never writes a 100 of its own, and `forward.UpstreamConnection.on_headers_complete`
@@ -125,7 +126,7 @@ def test_pipelined_gets_in_one_write_are_answered_in_order_with_their_own_bodies
     proxy_factory: ProxyFactory, http_origin: Origin, fake_dns: FakeDNS, seen: Seen, ttl: int
 ) -> None:
     # ttl 0: every request waits on a DNS lookup (a task per request); ttl 300: after the first,
-    # requests are decided synchronously from the cache (server.py's other dispatch path).
+    # requests are decided synchronously from the cache (client_connection.py's other dispatch path).
     fake_dns.add(http_origin.name, http_origin.ip, ttl=ttl)
     proxy = proxy_factory(proxy_policy([http_origin.cidr], ports=[http_origin.port]))
     names = ["one", "two", "three"]

@@ -19,14 +19,14 @@ from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
 from gateway.observe.audit import AuditLog
 from gateway.policy.holder import PolicyHolder
-from gateway.proxy import deadline, server, tunnel
+from gateway.proxy import client_connection, deadline, tunnel
 from gateway.proxy.server import ProxyServer
 from tests.harness.dns import FakeDNS
 from tests.harness.origins import OriginFactory
 from tests.harness.proxy import proxy_policy
 
 # The types the CONNECT path of this change owns; none may be left in a cycle.
-TUNNEL_TYPES = (server.ClientConnection, tunnel.Tunnel, tunnel.UpstreamTunnelProtocol, deadline.LazyDeadline)
+TUNNEL_TYPES = (client_connection.ClientConnection, tunnel.Tunnel, tunnel.UpstreamTunnelProtocol, deadline.LazyDeadline)
 SETTLE_S = 5.0
 
 

@@ -1,0 +1,418 @@
+"""One client connection of the forward proxy: dispatch to CONNECT or forwarding, deadlines, close.
+
+Owns the client side of every proxy connection as an asyncio Protocol that feeds client bytes to
+its `request_framing.RequestFraming` (the sans-I/O request half: parsing, caps, pipelining,
+keep-alive intent) and its `connection_deadlines.ClientLimits` (the head deadline against
+slowloris, the keep-alive idle time, the half-close, whether another request is served) and
+carries out what they say: its one entry in the listener's `deadline.DeadlineWheel` moved (the
+entry also bounds each attempt of a CONNECT's dial, as the dialer's `DialDeadline`), the
+write side kept open after the client's FIN, the connection aborted or closed, pipelined requests
+answered in order, denials with X-Egress-Code, and the request in flight dropped when a policy
+reload denies it. Each absolute-URI request goes to `dispatch.ForwardDispatcher` (decided without
+a task when cached state suffices), each CONNECT to `tunnel_opener.TunnelOpener`; `server.py`
+owns the listener, `forward.py` the upstream side of an exchange and `tunnel.py` an established
+tunnel.
+
+Never resolves a name or dials a socket itself (the egress core decides, `open_pinned_connection`
+dials), never parses bytes itself, never forwards or echoes the proxy credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.observe import metrics
+from gateway.observe.audit import connection_fields
+from gateway.proxy.connection_deadlines import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
+from gateway.proxy.deadline import LazyDeadline
+from gateway.proxy.exchange import NOT_PAUSED, ForwardExchange, ParsedRequest, PauseReason
+from gateway.proxy.heads import error_response
+from gateway.proxy.live_permission import REVOKED_REASON, revocation
+from gateway.proxy.request_framing import ConnectHead, RequestBody, RequestEnd, RequestFraming, RequestHead
+from gateway.proxy.sni import MAX_PEEK_BYTES
+from gateway.proxy.tunnel import Tunnel
+from gateway.proxy.tunnel_opener import TunnelRequest
+from gateway.tasks import spawn
+
+if TYPE_CHECKING:
+    from gateway.proxy.server import ProxyServer
+
+
+class ClientConnection(asyncio.Protocol):
+    """One client connection: parses heads, runs exchanges one at a time, or becomes a tunnel."""
+
+    __slots__ = (
+        "_closed",
+        "_connecting",
+        "_deadline",
+        "_dial",
+        "_early",
+        "_exchange",
+        "_framing",
+        "_limits",
+        "_pause_mask",
+        "_queued",
+        "_receiving",
+        "_tunnel",
+        "audit_fields",
+        "dial_timed_out",
+        "server",
+        "transport",
+    )
+
+    def __init__(self, server: ProxyServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
+        self.audit_fields: dict[str, Any] = {}
+        # None once the connection is a tunnel (or refused): its parser's memory is freed.
+        self._framing: RequestFraming | None = RequestFraming()
+        self._exchange: ForwardExchange | None = None
+        self._receiving: ForwardExchange | None = None
+        self._queued: deque[ParsedRequest] = deque()
+        self._tunnel: Tunnel | None = None
+        self._connecting = False
+        # Client bytes that arrive while a CONNECT is being dialed (a ClientHello sent eagerly).
+        self._early = bytearray()
+        self._pause_mask = NOT_PAUSED
+        # The connection's deadline (head or keep-alive idle) and half-close, as data; `_deadline`
+        # is its entry in the wheel, which a tunnel on this connection takes over for its limits.
+        self._limits = ClientLimits()
+        self._deadline = LazyDeadline(self._timeout, server.wheel)
+        self._closed = False
+        # The CONNECT's dialing task; the wheel entry bounds its attempts (`DialDeadline`).
+        self._dial: asyncio.Task[None] | None = None
+        self.dial_timed_out = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def busy(self) -> bool:
+        return self._tunnel is not None or self._exchange is not None or self._connecting
+
+    # asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it (no typing.cast:
+        # it is a Python call on every connection).
+        self.transport = transport  # type: ignore[assignment]
+        self.audit_fields = connection_fields(transport.get_extra_info("peername"))
+        self.server.connections.add(self)
+        self._limits.accepted(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
+        self._deadline.set_at(self._limits.at)
+
+    def data_received(self, data: bytes) -> None:
+        if self._tunnel is not None:
+            self._tunnel.from_client(data)
+            return
+        if self._connecting:
+            # Held, not parsed: beyond one peek's worth the client waits for the tunnel.
+            self._early += data
+            if len(self._early) > MAX_PEEK_BYTES:
+                self.transport.pause_reading()
+            return
+        framing = self._framing
+        if framing is None or self._closed:
+            return
+        limits = self._limits
+        if limits.reason is ClientDeadline.KEEP_ALIVE_IDLE:
+            # The next head has started: it must complete within the head deadline (slowloris).
+            limits.bytes_arrived(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
+            self._deadline.set_at(limits.at)
+        for event in framing.feed(data):
+            if isinstance(event, RequestBody):
+                if self._receiving is not None:
+                    self._receiving.request_body(event.data)
+            elif isinstance(event, RequestHead):
+                self._request_head(event)
+            elif isinstance(event, RequestEnd):
+                self._request_end()
+            elif isinstance(event, ConnectHead):
+                # The tunnel's own limits take over. The wheel entry stays filed: when its slot
+                # comes, `_timeout` finds nothing due and moves it on.
+                self._limits.request_started()
+                self._begin_connect(event)
+            else:
+                self._refuse(event.error)
+                return
+
+    def eof_received(self) -> bool | None:
+        if self._tunnel is not None:
+            return self._tunnel.client_eof()
+        owed = self._exchange is not None or self._connecting
+        return True if self._limits.client_eof(response_owed=owed) is AfterFin.HALF_CLOSE else None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.server.connections.discard(self)
+        if not self._connecting:
+            self._deadline.release()  # while dialing, the entry still bounds the dial
+        if self._tunnel is not None:
+            self._tunnel.client_lost(exc)
+            return
+        for exchange in [self._exchange, *(queued.exchange for queued in self._queued)]:
+            if exchange is not None and exchange.upstream is not None:
+                upstream = exchange.upstream
+                upstream.exchange = None
+                upstream.close()
+                self.server.decisions.record_exchange_close(exchange, "client_closed")
+        self._exchange = None
+        self._queued.clear()
+
+    def pause_writing(self) -> None:
+        if self._tunnel is not None:
+            self._tunnel.upstream.pause_reading()
+        elif self._exchange is not None and self._exchange.upstream is not None:
+            self._exchange.upstream.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._tunnel is not None:
+            if not self._tunnel.closed:
+                self._tunnel.upstream.resume_reading()
+        elif self._exchange is not None and self._exchange.upstream is not None:
+            self._exchange.upstream.resume_reading()
+
+    # request events ---------------------------------------------------------------------------
+    def _request_head(self, head: RequestHead) -> None:
+        self._limits.request_started()  # no deadline of ours while the request is served
+        exchange = ForwardExchange(
+            self,
+            head.method,
+            chunked_request=head.chunked,
+            client_http10=head.http10,
+            client_keep_alive=head.keep_alive,
+        )
+        self._receiving = exchange
+        item = ParsedRequest(exchange, head.url, head.headers, head.authorization, head.connection_named)
+        if self._exchange is None:
+            self._exchange = exchange
+            self.server.dispatcher.start(item)
+        else:
+            # Pipelined: answer in order, and read no further until this one's turn.
+            self._queued.append(item)
+            self.pause_client_reading(PauseReason.PIPELINE)
+
+    def _request_end(self) -> None:
+        receiving = self._receiving
+        self._receiving = None
+        if receiving is not None:
+            receiving.request_end()
+
+    # the ClientSide interface used by forward.py ---------------------------------------------
+    def pause_client_reading(self, reason: PauseReason) -> None:
+        if not self._pause_mask and not self._closed:
+            self.transport.pause_reading()
+        self._pause_mask |= reason
+
+    def resume_client_reading(self, reason: PauseReason) -> None:
+        if not self._pause_mask & reason:
+            return
+        self._pause_mask &= ~reason
+        if not self._pause_mask and not self._closed:
+            self.transport.resume_reading()
+
+    def response_finished(self, exchange: ForwardExchange, *, keep_alive: bool, reason: str) -> None:
+        # One histogram per request (latency); sizes are in the close audit line.
+        metrics.HTTP_FORWARD_SECONDS.observe(time.perf_counter() - exchange.started)
+        self.server.decisions.record_exchange_close(exchange, reason)
+        self._exchange = None
+        self.server.activity_ended()
+        if self._closed:
+            return
+        # The finished request's own keep-alive, not the connection's.
+        limits = self._limits
+        if not limits.keep_alive(exchange.client_keep_alive, keep_alive, exchange.body_done, self.server.draining):
+            self._close()
+            return
+        self._next_exchange()
+
+    def fail_exchange(self, exchange: ForwardExchange, code: str, message: str) -> None:
+        """The upstream failed mid-exchange: a 502 if nothing was sent yet, else cut the stream."""
+        self.server.decisions.record_exchange_close(exchange, code)
+        self._exchange = None
+        self.server.activity_ended()
+        if self._closed:
+            return
+        upstream = exchange.upstream
+        head_sent = upstream is not None and upstream.head_sent
+        if not head_sent:
+            error = GatewayError(ErrorCode(code), message)
+            self.server.decisions.count_decision("http", "error", code)
+            self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
+        self._close()
+
+    def refuse_exchange(self, exchange: ForwardExchange, error: GatewayError) -> None:
+        # Answered on the next loop iteration: a decision made as the head completes precedes the
+        # parser's end-of-message for a bodiless request, and the connection may only stay open
+        # once the request is fully consumed.
+        asyncio.get_running_loop().call_soon(self._answer_refusal, exchange, error)
+
+    def retry_exchange(self, exchange: ForwardExchange) -> None:
+        self.server.dispatcher.retry(exchange)
+
+    # dispatch --------------------------------------------------------------------------------
+    def _answer_refusal(self, exchange: ForwardExchange, error: GatewayError) -> None:
+        self._exchange = None
+        if self._closed:
+            return
+        keep = self._limits.keep_alive(exchange.client_keep_alive, True, exchange.body_done, self.server.draining)
+        self.transport.write(error_response(error, keep_alive=keep, conn=self.audit_fields.get("conn")))
+        if keep:
+            self._next_exchange()
+        else:
+            self._close()
+
+    def _next_exchange(self) -> None:
+        if self._queued:
+            item = self._queued.popleft()
+            self._exchange = item.exchange
+            if not self._queued:
+                self.resume_client_reading(PauseReason.PIPELINE)
+            self.server.dispatcher.start(item)
+            return
+        self._limits.response_finished(time.monotonic(), self.server.core.loaded.policy.proxy.idle_timeout_s)
+        self._deadline.set_at(self._limits.at)
+
+    def _begin_connect(self, head: ConnectHead) -> None:
+        opener = self.server.tunnels
+        self._framing = None  # a tunnel never parses HTTP again; free the parser's memory
+        try:
+            # Decided here when cached state suffices: a refusal is answered without a task.
+            request = opener.decide(head.authority, head.authorization, self.audit_fields)
+        except GatewayError as error:
+            self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
+            self._close()
+            return
+        # Reading continues while the upstream is dialed (no pause/resume pair per tunnel);
+        # data_received holds whatever arrives until the tunnel exists.
+        self._connecting = True
+        self._early += head.rest
+        # Nothing is due until the dial's first attempt starts (a DNS lookup has its own timeout).
+        self._deadline.clear()
+        self._dial = spawn(self._open_tunnel(request), name="proxy-connect", loop=self.server.loop)
+
+    # DialDeadline (gateway.egress.dial_deadline): the connection's wheel entry, which has nothing
+    # else due while the CONNECT is dialed, bounds each attempt: no loop timer per dial.
+    @property
+    def dialing_task(self) -> asyncio.Task[None]:
+        assert self._dial is not None  # set as the task is spawned, before it first runs
+        return self._dial
+
+    def start_dial_attempt(self, timeout_s: float) -> None:
+        self.dial_timed_out = False
+        self._deadline.set_at(time.monotonic() + timeout_s)
+
+    def end_dial_attempt(self) -> None:
+        self._deadline.clear()
+
+    async def _open_tunnel(self, request: TunnelRequest) -> None:
+        opener = self.server.tunnels
+        try:
+            dialed = await opener.dial(request, self)
+        except GatewayError as error:
+            self._connecting = False
+            self._dial = None
+            if self._closed:
+                self._deadline.release()
+            else:
+                self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
+                self._close()
+            return
+        self._connecting = False
+        self._dial = None
+        if self._closed or self.server.draining:
+            # While dialing, only a reset closes the client side (a FIN is answered as a half-close).
+            opener.abandon(request, dialed, "shutdown" if self.server.draining else "client_reset")
+            self._close()
+            return
+        early = self._early
+        if early:
+            self._early = bytearray()
+        tunnel = self._tunnel = opener.establish(
+            self.transport, request, dialed, bytes(early) if early else b"", self._deadline
+        )
+        if tunnel.closed:
+            return
+        if len(early) > MAX_PEEK_BYTES:
+            self.transport.resume_reading()  # data_received paused reading while we dialed
+        if self._limits.eof:
+            tunnel.client_eof()  # the client half-closed while we dialed
+
+    # closing ---------------------------------------------------------------------------------
+    def _refuse(self, error: GatewayError) -> None:
+        """A head that cannot be served: answer once and close (the stream is out of sync)."""
+        self._framing = None
+        if self._closed:
+            return
+        if self._exchange is not None and self._exchange.upstream is not None:
+            # Mid-body: the request already went upstream; nothing consistent can be sent back.
+            self.abort("malformed_request")
+            return
+        generation = self.server.core.loaded.generation
+        self.server.decisions.record_deny(
+            "http", None, None, None, error=error, generation=generation, client=self.audit_fields
+        )
+        self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
+        self._close()
+
+    def revoke_if_denied(self) -> None:
+        """Drop the request in flight (and the connection) if the policy now denies its destination."""
+        exchange = self._exchange
+        if exchange is None or exchange.target is None or exchange.principal_rule is None or self._closed:
+            return
+        upstream = exchange.upstream
+        address = upstream.key[1] if upstream is not None else exchange.target.address_texts[0]
+        loaded = self.server.core.loaded
+        if revocation(self.server.core, loaded, exchange.principal_rule, exchange.target, address) is None:
+            return
+        if upstream is not None:
+            upstream.exchange = None
+            upstream.close()
+        self.server.decisions.record_exchange_close(exchange, REVOKED_REASON)
+        self._exchange = None
+        self.abort(REVOKED_REASON)
+
+    def close_if_idle(self) -> None:
+        if not self.busy:
+            self._close()
+
+    def abort(self, reason: str) -> None:
+        if self._tunnel is not None:
+            self._tunnel.close(reason, abort=True)
+            return
+        self._closed = True
+        self.transport.abort()
+
+    def _close(self) -> None:
+        self._closed = True
+        self._deadline.cancel()
+        self.transport.close()
+
+    def _timeout(self) -> None:
+        if self._tunnel is not None:
+            self._tunnel.deadline_check()  # the tunnel's idle time or lifetime
+            return
+        if self._connecting:
+            # An attempt of the dial outlived connect_timeout_s (even if the client has left: the
+            # dial must still end, with its audit lines): the dialer takes this as its timeout.
+            if self._dial is not None:
+                self.dial_timed_out = True
+                self._dial.cancel()
+            return
+        if self._closed:
+            return
+        expiry = self._limits.expired(time.monotonic(), busy=self.busy)
+        if expiry is None:
+            self._deadline.set_at(self._limits.at)  # not due yet, or nothing due while busy
+            return
+        # Dropped without a response: a slowloris client is not owed one, and an idle keep-alive
+        # close is normal HTTP/1.1.
+        self._closed = True
+        if expiry is ClientExpiry.CLOSE:
+            self.transport.close()
+        else:
+            self.transport.abort()
