@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ import httptools
 import orjson
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.memo import BoundedMemo
 from gateway.vet.urls import VettedHost, vet_host
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -164,6 +164,8 @@ NOTHING_NAMED: frozenset[bytes] = frozenset()
 # A Connection value this short is remembered: nearly every keep-alive response and many requests
 # carry one of a few (`keep-alive`, `close`), and splitting one costs 7 k instructions.
 MAX_REMEMBERED_CONNECTION_VALUE_BYTES = 64
+MAX_REMEMBERED_CONNECTION_VALUES = 256
+_NAMED_BY_SHORT_VALUE: BoundedMemo[bytes, frozenset[bytes]] = BoundedMemo(MAX_REMEMBERED_CONNECTION_VALUES)
 
 
 def named_by_connection(values: list[bytes]) -> frozenset[bytes]:
@@ -171,13 +173,9 @@ def named_by_connection(values: list[bytes]) -> frozenset[bytes]:
     if not values:
         return NOTHING_NAMED
     if len(values) == 1 and len(values[0]) <= MAX_REMEMBERED_CONNECTION_VALUE_BYTES:
-        return _named_by_short_value(values[0])
+        named = _NAMED_BY_SHORT_VALUE.get(values[0])
+        return named if named is not None else _NAMED_BY_SHORT_VALUE.put(values[0], _named_by_values(values))
     return _named_by_values(values)
-
-
-@functools.lru_cache(maxsize=256)
-def _named_by_short_value(value: bytes) -> frozenset[bytes]:
-    return _named_by_values([value])
 
 
 def _named_by_values(values: list[bytes]) -> frozenset[bytes]:
