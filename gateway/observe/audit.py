@@ -177,7 +177,7 @@ class AuditLog:
         for key, value in fields.items():
             if value is not None:
                 record[key] = value
-        self._append_line(_CLOCK.line_start(time.time()) + orjson.dumps(record, default=str, option=_NEWLINE)[1:])
+        self._append_record(record, time.time())
 
     def write_record(self, record: dict[str, Any]) -> None:
         """A line already built by the caller: `event` first, no None values (the proxy builds
@@ -185,8 +185,7 @@ class AuditLog:
         if self._sink is None:
             return
         now = record.pop("ts", None)
-        now = now if isinstance(now, float) else time.time()
-        self._append_line(_CLOCK.line_start(now) + orjson.dumps(record, default=str, option=_NEWLINE)[1:])
+        self._append_record(record, now if isinstance(now, float) else time.time())
 
     def write_members(self, members: bytes) -> None:
         """A line from members already serialized (`json_members` parts joined by b","), `event`
@@ -194,6 +193,10 @@ class AuditLog:
         if self._sink is None:
             return
         self._append_line(_CLOCK.line_start(time.time()) + members + b"}\n")
+
+    def _append_record(self, record: dict[str, Any], now: float) -> None:
+        # orjson's output loses its opening brace to the shared start (`line_start`).
+        self._append_line(_CLOCK.line_start(now) + orjson.dumps(record, default=str, option=_NEWLINE)[1:])
 
     def _append_line(self, line: bytes) -> None:
         # A line is the shared start as bytes (`line_start`), then its members: built from a dict
@@ -382,7 +385,7 @@ class AuditLog:
                     record[key] = value
         else:
             record.update(extra)  # a tunnel's extras (address, conn, client) are all known
-        self._append_line(_CLOCK.line_start(time.time()) + orjson.dumps(record, default=str, option=_NEWLINE)[1:])
+        self._append_record(record, time.time())
 
     def tunnel_closed(
         self,
