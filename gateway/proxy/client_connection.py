@@ -124,13 +124,14 @@ class ClientConnection(asyncio.Protocol):
             limits.bytes_arrived(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
             self._deadline.set_at(limits.at)
         for event in framing.feed(data):
-            if isinstance(event, RequestBody):
-                if self._receiving is not None:
-                    self._receiving.request_body(event.data)
-            elif isinstance(event, RequestHead):
+            # The events of a bodiless request first: one isinstance call each.
+            if isinstance(event, RequestHead):
                 self._request_head(event)
             elif isinstance(event, RequestEnd):
                 self._request_end()
+            elif isinstance(event, RequestBody):
+                if self._receiving is not None:
+                    self._receiving.request_body(event.data)
             elif isinstance(event, ConnectHead):
                 # The tunnel's own limits take over. The wheel entry stays filed: when its slot
                 # comes, `_timeout` finds nothing due and moves it on.

@@ -168,14 +168,8 @@ class RequestFraming:
         raise _HeadRefused
 
     # httptools callbacks ------------------------------------------------------------------------
-    def on_message_begin(self) -> None:
-        self._url = b""
-        self._head_size = 0
-        self._headers = []
-        self._authorization = None
-        self._chunked = False
-        self._in_head = True
-        self._connection_values = []
+    # No `on_message_begin` (a Python call per request): a head's state starts empty, set so by
+    # `__init__` and again once each head is complete, and once each message ends for its size.
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -240,12 +234,20 @@ class RequestFraming:
                 parser.should_keep_alive(),
             )
         )
+        # The next head starts empty (the lists went into the event).
+        self._url = b""
+        self._headers = []
+        self._authorization = None
+        self._chunked = False
+        if values:
+            self._connection_values = []
 
     def on_body(self, body: bytes) -> None:
         self._events.append(RequestBody(body))
 
     def on_message_complete(self) -> None:
         self._in_head = True
+        self._head_size = 0  # the next head's (it counted this message's trailers)
         parser = self._parser
         assert parser is not None  # callbacks run inside feed_data
         if parser.get_method() == b"CONNECT":

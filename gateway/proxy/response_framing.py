@@ -151,23 +151,60 @@ class ResponseFraming:
         self._at_boundary = False  # llhttp has seen the final response end: it may parse the next
 
     # the owner's interface ----------------------------------------------------------------------
-    def feed(self, data: bytes) -> None:
-        """Upstream bytes. Raises GatewayError when the response cannot be relayed as framed."""
+    def feed(self, data: bytes) -> bytes:
+        """Upstream bytes; returns the bytes owed to the client so far, as `take_output` does (one
+        call per read instead of two). Raises GatewayError when the response cannot be relayed as
+        framed; what was owed before the failure stays for `take_output`."""
         if self.complete:
             self.reusable = False  # bytes nobody asked for: the connection's framing is lost
-            return
+            return b""
         try:
-            self._feed(data)
+            # Heads are cut out on raw bytes until the final one is parsed, then the body streams.
+            # Inline, not a method: once per upstream read.
+            parser = self._parser
+            scanner = self._scanner
+            rest: bytes | memoryview = data
+            while scanner is not None:
+                taken = scanner.take_head(rest if isinstance(rest, bytes) else rest.tobytes())
+                if taken is None:
+                    rest = b""
+                    break
+                head, rest = taken
+                parser.feed_data(head)
+                scanner = self._scanner  # None once the final head was parsed (copied above only after a 1xx)
+                if not rest:
+                    break
+            if rest:
+                progress = self._progress
+                parser.feed_data(rest)
+                if self._progress != progress or self.complete:
+                    self._stalled = 0
+                else:
+                    # A read with no body byte in it: chunk framing or a trailer section. llhttp
+                    # buffers neither, but httptools joins a trailer field's fragments
+                    # quadratically: bound it.
+                    self._stalled += len(rest)
+                    if self._stalled > MAX_RESPONSE_HEAD_BYTES:
+                        raise GatewayError(
+                            ErrorCode.TOO_LARGE,
+                            f"the upstream's chunk framing or trailers exceed {MAX_RESPONSE_HEAD_BYTES} bytes",
+                        )
         except (httptools.HttpParserError, httptools.HttpParserUpgrade):
             if self._failure is None and self.complete:
                 # After the complete response (an injected second head, a stray byte): dropped.
                 self.reusable = False
-                return
+                return self.take_output()
             self.reusable = False
             raise self._failure or GatewayError(ErrorCode.CONNECT_FAILURE, MALFORMED) from None
         except GatewayError:
             self.reusable = False
             raise
+        out = self._out
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        return data
 
     def take_output(self) -> bytes:
         """The bytes owed to the client so far (head and body coalesced into one write)."""
@@ -187,32 +224,6 @@ class ResponseFraming:
         return False
 
     # parsing ------------------------------------------------------------------------------------
-    def _feed(self, data: bytes) -> None:
-        parser = self._parser
-        scanner = self._scanner
-        rest: bytes | memoryview = data
-        while scanner is not None:
-            taken = scanner.take_head(rest if isinstance(rest, bytes) else rest.tobytes())
-            if taken is None:
-                return
-            head, rest = taken
-            parser.feed_data(head)
-            scanner = self._scanner  # None once the final head was parsed (copied above only after a 1xx)
-            if not rest:
-                return
-        progress = self._progress
-        parser.feed_data(rest)
-        if self._progress != progress or self.complete:
-            self._stalled = 0
-            return
-        # A read with no body byte in it: chunk framing or a trailer section. llhttp buffers
-        # neither, but httptools joins a trailer field's fragments quadratically: bound it.
-        self._stalled += len(rest)
-        if self._stalled > MAX_RESPONSE_HEAD_BYTES:
-            raise GatewayError(
-                ErrorCode.TOO_LARGE, f"the upstream's chunk framing or trailers exceed {MAX_RESPONSE_HEAD_BYTES} bytes"
-            )
-
     # httptools callbacks ------------------------------------------------------------------------
     def on_message_begin(self) -> None:
         if self.complete:
@@ -249,7 +260,7 @@ class ResponseFraming:
         self._status = status
         connection_values = self._connection_values
         named = named_by_connection(connection_values) if connection_values else NOTHING_NAMED
-        if status == 101 or named:
+        if status == 101 or (named and not FRAMING_FIELDS.isdisjoint(named)):
             self._refuse_unframeable(status, named)
         informational = status < 200
         if not informational:
@@ -290,12 +301,11 @@ class ResponseFraming:
             # hand the client a stream the proxy no longer frames.
             self._failure = GatewayError(ErrorCode.CONNECT_FAILURE, "the upstream switched protocols unasked (101)")
             raise _StopParsing
-        if named & FRAMING_FIELDS:
-            # Framing fields are never hop-by-hop: stripping them would re-frame the body differently.
-            self._failure = GatewayError(
-                ErrorCode.CONNECT_FAILURE, "the upstream response's Connection field names a framing header"
-            )
-            raise _StopParsing
+        # Framing fields are never hop-by-hop: stripping them would re-frame the body differently.
+        self._failure = GatewayError(
+            ErrorCode.CONNECT_FAILURE, "the upstream response's Connection field names a framing header"
+        )
+        raise _StopParsing
 
     def on_body(self, body: bytes) -> None:
         self._progress += 1
@@ -315,7 +325,11 @@ class ResponseFraming:
         self._progress += 1
         if self._status < 200:
             return  # an interim response; the final one follows on the same parser
-        self._finish_message()
+        # `_finish_message`, inline: once per response.
+        if not self.complete:
+            if self._chunk_to_client:
+                self._out.append(b"0\r\n\r\n")
+            self.complete = True
         self._at_boundary = True
 
     def _finish_message(self) -> None:
