@@ -160,8 +160,10 @@ class ForwardExchange:
                 self.upstream.transport.write(b"0\r\n\r\n")
             else:
                 self.pending.append(b"0\r\n\r\n")
-        if self.upstream is not None and self.upstream.response_complete:
-            self.upstream.finish()
+        upstream = self.upstream
+        # `upstream.response_complete`, inline: once per request.
+        if upstream is not None and upstream.framing is not None and upstream.framing.complete:
+            upstream.finish()
 
 
 # Not frozen: built per request, and a frozen dataclass sets each field through `object.__setattr__`

@@ -67,10 +67,6 @@ class UpstreamConnection(asyncio.Protocol):
     def head_sent(self) -> bool:
         return self.framing is not None and self.framing.head_sent
 
-    @property
-    def response_complete(self) -> bool:
-        return self.framing is not None and self.framing.complete
-
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.

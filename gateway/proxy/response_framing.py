@@ -20,7 +20,13 @@ import httptools
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
-from gateway.proxy.heads import FRAMING_FIELDS, HOP_BY_HOP, NOTHING_NAMED, named_by_connection
+from gateway.proxy.heads import (
+    FRAMING_FIELDS,
+    HOP_BY_HOP,
+    NAMED_BY_SHORT_CONNECTION_VALUE,
+    NOTHING_NAMED,
+    named_by_connection,
+)
 from gateway.proxy.response_head import MAX_RESPONSE_HEAD_BYTES, ResponseHeadScanner
 
 NO_BODY_STATUSES = frozenset({204, 304})
@@ -33,6 +39,11 @@ _RELAY, _LENGTH, _CHUNKED, _CONNECTION, _DROP, _EGRESS_ID = range(6)  # the firs
 MAX_REMEMBERED_FIELD_NAME_BYTES = 64
 MAX_REMEMBERED_FIELD_NAMES = 1024
 _FIELD_ROLES: BoundedMemo[bytes, int] = BoundedMemo(MAX_REMEMBERED_FIELD_NAMES)
+# The relayed status line of each (status, short reason) an origin sends: formatting bytes parses
+# the format on every call, and origins repeat a handful (`200 OK`).
+MAX_REMEMBERED_REASON_BYTES = 64
+MAX_REMEMBERED_STATUS_LINES = 256
+_STATUS_LINES: BoundedMemo[tuple[int, bytes], bytes] = BoundedMemo(MAX_REMEMBERED_STATUS_LINES)
 
 
 def _field_role(name: bytes) -> int:
@@ -55,6 +66,13 @@ def _learn_field_role(name: bytes) -> int:
     if len(name) <= MAX_REMEMBERED_FIELD_NAME_BYTES:
         _FIELD_ROLES.put(name, role)
     return role
+
+
+def _status_line(status: int, reason: bytes) -> bytes:
+    line = b"HTTP/1.1 %d %b\r\n" % (status, reason)
+    if len(reason) <= MAX_REMEMBERED_REASON_BYTES:
+        _STATUS_LINES.put((status, reason), line)
+    return line
 
 
 def _without_named(lines: list[bytes], named: frozenset[bytes]) -> list[bytes]:
@@ -100,6 +118,12 @@ class ResponseFraming:
         "status",
     )
 
+    # Declared here: `next_response` sets them again before `_start` in this file.
+    _scanner: ResponseHeadScanner | None
+    _out: list[bytes]
+    reusable: bool
+    _at_boundary: bool
+
     def __init__(self, *, head_only: bool, client_http10: bool, close_client: bool, id_field: bytes = b"") -> None:
         self._parser = httptools.HttpResponseParser(self)
         self._start(head_only, client_http10, close_client, id_field)
@@ -116,7 +140,21 @@ class ResponseFraming:
             return ResponseFraming(
                 head_only=head_only, client_http10=client_http10, close_client=close_client, id_field=id_field
             )
-        self._start(head_only, client_http10, close_client, id_field)
+        # `_start`, less what a response that ended at the boundary and left the connection
+        # reusable already holds as a fresh framing would: no failure, no stall (a completing read
+        # resets it), not close-delimited (such a body never reaches the boundary), and the state
+        # of a head, which `on_message_begin` and `on_headers_complete` set before it is read.
+        self._head_only = head_only
+        self._id_field = id_field
+        self._client_http10 = client_http10
+        self.close_client = close_client
+        self._scanner = ResponseHeadScanner()
+        self._out = []
+        self.head_sent = False
+        self.complete = False
+        self.body_bytes = 0
+        self.status = 0
+        self._at_boundary = False
         return self
 
     def _start(self, head_only: bool, client_http10: bool, close_client: bool, id_field: bytes) -> None:
@@ -128,8 +166,8 @@ class ResponseFraming:
         self.close_client = close_client
         # Until the final head has been parsed, heads are cut out of the stream on raw bytes
         # (caps counted before llhttp sees a fragment); None once the body is streaming.
-        self._scanner: ResponseHeadScanner | None = ResponseHeadScanner()
-        self._out: list[bytes] = []
+        self._scanner = ResponseHeadScanner()
+        self._out = []
         # The head being parsed: its relayed field lines (name, ": ", value, CRLF, ...), its
         # Connection values, and whether it framed its body.
         self._lines: list[bytes] = []
@@ -258,8 +296,14 @@ class ResponseFraming:
         parser = self._parser
         status = parser.get_status_code()
         self._status = status
-        connection_values = self._connection_values
-        named = named_by_connection(connection_values) if connection_values else NOTHING_NAMED
+        values = self._connection_values
+        # `named_by_connection`'s remembered answer first, inline: nearly every response has one
+        # short Connection value (`keep-alive`).
+        named = (
+            (len(values) == 1 and NAMED_BY_SHORT_CONNECTION_VALUE.get(values[0])) or named_by_connection(values)
+            if values
+            else NOTHING_NAMED
+        )
         if status == 101 or (named and not FRAMING_FIELDS.isdisjoint(named)):
             self._refuse_unframeable(status, named)
         informational = status < 200
@@ -267,7 +311,10 @@ class ResponseFraming:
             self._scanner = None  # the body follows; trailers, if any, are dropped
         elif self._client_http10:
             return  # RFC 9110 section 15.2: no interim response to an HTTP/1.0 client
-        kept = [b"HTTP/1.1 %d %b\r\n" % (status, self._reason)]
+        reason = self._reason
+        # The head's pieces go straight into the output: one join for head and body.
+        kept = self._out
+        kept.append(_STATUS_LINES.get((status, reason)) or _status_line(status, reason))
         # The fields a Connection field names are hop-by-hop too (RFC 9110 section 7.6.1).
         kept += self._lines if named <= HOP_BY_HOP else _without_named(self._lines, named)
         if not parser.should_keep_alive():
@@ -287,7 +334,6 @@ class ResponseFraming:
         if self.close_client and not informational:
             kept.append(b"Connection: close\r\n")
         kept.append(b"\r\n")
-        self._out.append(b"".join(kept))
         if not informational:
             self.head_sent = True
             self.status = status

@@ -321,3 +321,13 @@ def test_the_next_response_on_a_connection_is_framed_as_on_a_fresh_one() -> None
             fresh.status,
         )
         assert framing.complete
+
+
+def test_remembered_status_lines_keep_each_reason_phrase() -> None:
+    # The status line is remembered per (status, reason): a second reason for the same status, or
+    # a reason too long to remember, is relayed as sent.
+    long_reason = b"R" * 100
+    for reason in [b"OK", b"Fine", b"OK", long_reason, long_reason, b""]:
+        framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
+        head = b"HTTP/1.1 200 " + reason + b"\r\nContent-Length: 0\r\n\r\n"
+        assert framing.feed(head) == _head_field_by_field(head, b"")
