@@ -13,7 +13,7 @@ overstated. `--concurrency N` opens the tunnels (warm-up included, from a cold D
 client threads at once instead, as a concurrent load does.
 
     .venv/bin/python bench/callgrind_proxy.py [--tree DIR ...] [--tunnels 1000] [--requests 1000]
-        [--connections 1] [--keep-dump DIR] [--concurrency N] [--floor]
+        [--connections 1] [--keep-dump DIR] [--concurrency N] [--floor | --duties]
 
 Each `--tree` (default: this checkout) is measured in turn, in its own gateway process; pass
 frozen copies (`cp -r`) of the trees to compare, not a tree being edited. `--tunnels 0` or
@@ -21,7 +21,8 @@ frozen copies (`cp -r`) of the trees to compare, not a tree being edited. `--tun
 (`<tree>.tunnels.cg`, `<tree>.requests.cg`, for `callgrind_annotate --inclusive=yes`). `--python`
 is the interpreter run under valgrind (default this one). `--floor` measures `bench/proxy_floor.py`
 (the least a uvloop proxy does, dialing the origin's address) in the same way instead of the
-gateway. Needs root (nginx binds :80/:443 on BENCH_ORIGIN_IP, default 127.0.0.2), nginx and
+gateway, `--duties` measures `bench/proxy_duties.py` (the floor plus each of the gateway's duties
+done the cheapest way). Needs root (nginx binds :80/:443 on BENCH_ORIGIN_IP, default 127.0.0.2), nginx and
 valgrind.
 """
 
@@ -132,7 +133,7 @@ def requests(port: int, count: int, connections: int) -> None:
 class Callgrind:
     """The gateway under callgrind, its counters zeroed and dumped through `callgrind_control`."""
 
-    def __init__(self, tree: Path, python: str, work: Path, nameserver: str, *, floor: bool = False) -> None:
+    def __init__(self, tree: Path, python: str, work: Path, nameserver: str, *, sketch: str | None = None) -> None:
         self.work = work
         self.port = free_port()
         (work / "policy.yaml").write_text(policy_text())
@@ -144,8 +145,8 @@ class Callgrind:
             str(work / "audit.log"),
             str(self.port),
         ]
-        if floor:
-            served = [str(tree / "bench" / "proxy_floor.py"), str(self.port), ORIGIN_IP]
+        if sketch is not None:
+            served = [str(tree / "bench" / sketch), str(self.port), ORIGIN_IP]
         command = [
             "valgrind",
             "--tool=callgrind",
@@ -197,7 +198,8 @@ def measure(tree: Path, python: str, nameserver: str, counts: argparse.Namespace
     keep: Path | None = counts.keep_dump
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
-    gateway = Callgrind(tree, python, work, nameserver, floor=counts.floor)
+    sketch = "proxy_floor.py" if counts.floor else "proxy_duties.py" if counts.duties else None
+    gateway = Callgrind(tree, python, work, nameserver, sketch=sketch)
     concurrency = max(counts.concurrency, 1)
     try:
         concurrent_tunnels(gateway.port, WARM_OPERATIONS, concurrency)
@@ -215,7 +217,7 @@ def measure(tree: Path, python: str, nameserver: str, counts: argparse.Namespace
             dump = keep / f"{tree.name}.requests.cg" if keep is not None else None
             per_request = gateway.instructions(dump) / counts.requests / 1000
             parts.append(f"{per_request:.1f} k per HTTP request ({counts.connections} connection(s))")
-        return f"{tree}{' (bench/proxy_floor.py)' if counts.floor else ''}: " + ", ".join(parts)
+        return f"{tree}{f' (bench/{sketch})' if sketch else ''}: " + ", ".join(parts)
     finally:
         gateway.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -229,7 +231,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=1, help="keep-alive connections the requests take turns on")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--concurrency", type=int, default=1, help="client threads opening tunnels at once")
-    parser.add_argument("--floor", action="store_true", help="measure bench/proxy_floor.py instead of the gateway")
+    sketches = parser.add_mutually_exclusive_group()
+    sketches.add_argument("--floor", action="store_true", help="measure bench/proxy_floor.py instead of the gateway")
+    sketches.add_argument("--duties", action="store_true", help="measure bench/proxy_duties.py instead of the gateway")
     parser.add_argument("--keep-dump", type=Path, help="a directory to keep each part's callgrind dump in")
     args = parser.parse_args()
     trees: list[Path] = args.tree or [REPO]

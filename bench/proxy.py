@@ -4,12 +4,14 @@ Everything runs on loopback in one run: nginx (Debian) as the origin on 127.0.0.
 HTTPS :443 with a trustme certificate for bench.example.org), the fake DNS of the test harness
 answering that name (TTL 300 s, so the gateway's DNS cache is exercised as in production), the
 gateway's proxy with the full policy path (principal, policy, DNS cache, address vetting, audit
-to a file, metrics) on uvloop, squid and tinyproxy with permissive configurations, and the floor
-(`bench/proxy_floor.py`: the least a uvloop proxy does, no policy at all). Load
+to a file, metrics) on uvloop, squid and tinyproxy with permissive configurations, the floor
+(`bench/proxy_floor.py`: the least a uvloop proxy does, no policy at all) and the duties floor
+(`bench/proxy_duties.py`: the floor plus each of the gateway's per-operation duties done the
+cheapest way, so the least a policy-enforcing Python proxy costs). Load
 generators run in their own processes (uvloop, asyncio Protocols). Every loop is bounded by a
 count and a time.
 
-    .venv/bin/python bench/proxy.py [--seconds 5] [--rounds 3] [--only gateway,squid,tinyproxy,floor]
+    .venv/bin/python bench/proxy.py [--seconds 5] [--rounds 3] [--only gateway,squid,tinyproxy,floor,duties]
         [--parts bulk,idle,http,setup,relay] [--relay-mib 1024]
 
 `relay` is the relay's CPU per GiB: one CONNECT tunnel to the origin's plain-HTTP port carrying
@@ -175,10 +177,11 @@ shutdown_lifetime 0 seconds
     return proc, port
 
 
-def start_floor(python: str) -> tuple[subprocess.Popen[bytes], int]:
-    """`bench/proxy_floor.py`: what CPython and uvloop cost before any of the gateway's own work."""
+def start_floor(python: str, script: str = "proxy_floor.py", *extra: str) -> tuple[subprocess.Popen[bytes], int]:
+    """`bench/proxy_floor.py`: what CPython and uvloop cost before any of the gateway's own work;
+    or another sketch beside it (`proxy_duties.py`, with its audit file as `extra`)."""
     port = free_port()
-    proc = subprocess.Popen([python, str(Path(__file__).with_name("proxy_floor.py")), str(port), ORIGIN_IP])
+    proc = subprocess.Popen([python, str(Path(__file__).with_name(script)), str(port), ORIGIN_IP, *extra])
     wait_port(port)
     return proc, port
 
@@ -493,7 +496,7 @@ def child_main(kind: str, args: list[str]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--only", default="gateway,squid,tinyproxy,floor")
+    parser.add_argument("--only", default="gateway,squid,tinyproxy,floor,duties")
     parser.add_argument("--rounds", type=int, default=3, help="best of N for req/s and setup/s")
     parser.add_argument("--parts", default=",".join(PARTS), help="which measurements: " + ",".join(PARTS))
     parser.add_argument("--relay-mib", type=int, default=1024, help="MiB relayed per round for the relay CPU")
@@ -536,6 +539,10 @@ def main() -> None:
             proc, port = start_floor(options.gateway_python)
             procs.append(proc)
             proxies["floor"] = (port, proc.pid)
+        if "duties" in wanted:
+            proc, port = start_floor(options.gateway_python, "proxy_duties.py", str(work / "duties-audit.log"))
+            procs.append(proc)
+            proxies["duties"] = (port, proc.pid)
         seconds = str(options.seconds)
         url = f"http://{NAME}/1k"
         authority = f"{NAME}:443"
@@ -668,9 +675,18 @@ def report(results: dict[str, dict[str, Any]]) -> None:
         # uvloop can meet it, whatever the gateway's own code does.
         print("\nthe floor (bench/proxy_floor.py: uvloop, no policy) against squid, the same targets:")
         _print_ratios(results["floor"], results["squid"], checks)
+    if "duties" in results and "squid" in results:
+        # The duties done as cheaply as Python allows: where this misses a target, no Python proxy
+        # doing the gateway's work per operation on uvloop meets it.
+        print("\nthe duties floor (bench/proxy_duties.py: the floor plus each duty, cheapest) against squid:")
+        _print_ratios(results["duties"], results["squid"], checks)
+    untargeted: list[tuple[str, str, str, float | None]] = [(t, k, s, None) for t, k, s, _ in checks]
     if "gateway" in results and "floor" in results:
         print("\ngateway against the floor (the price of the policy path):")
-        _print_ratios(results["gateway"], results["floor"], [(t, k, s, None) for t, k, s, _ in checks])
+        _print_ratios(results["gateway"], results["floor"], untargeted)
+    if "gateway" in results and "duties" in results:
+        print("\ngateway against the duties floor (the price of the gateway's structure above its duties):")
+        _print_ratios(results["gateway"], results["duties"], untargeted)
 
 
 def _print_ratios(
