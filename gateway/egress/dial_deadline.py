@@ -1,11 +1,11 @@
 """The per-attempt timeout of a pinned dial: the protocol a caller's own timer implements, and a loop timer.
 
-`open_pinned_connection` bounds each address it tries by `timeout_s` through a `DialDeadline`.
-A caller that already keeps a deadline for the connection being served (the proxy: one entry per
-client connection on its listener's deadline wheel) passes itself and no timer is armed per dial;
-any other caller gets `LoopTimerDeadline`, one loop timer per attempt. Either way, when an attempt's
-time passes, the dialing task is cancelled and `dial_timed_out` says the cancellation was the deadline's.
-The deadline also names that task, so the dialer does not look it up (a getpid() per dial on 3.11).
+`PinnedDial` bounds each address it tries by `timeout_s` through a `DialDeadline`. A caller that
+already keeps a deadline for the connection being served (the proxy: one entry per client
+connection on its listener's deadline wheel) passes itself and no timer is armed per dial; any
+other caller gets `LoopTimerDeadline`, one loop timer per attempt. Either way, when an attempt's
+time passes, the deadline calls the dial's `attempt_timed_out`, which ends that attempt as
+timed out and goes on to the next address.
 
 Never dials, never decides what a timeout means to the caller (the dialer turns it into
 `connect_failure`).
@@ -14,25 +14,20 @@ Never dials, never decides what a timeout means to the caller (the dialer turns 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import Protocol
+
+
+class TimedDial(Protocol):
+    """What a deadline ends when an attempt's time passes (`connect.PinnedDial`)."""
+
+    def attempt_timed_out(self) -> None: ...
 
 
 class DialDeadline(Protocol):
-    """Bounds one attempt at a time of the dialing task."""
-
-    @property
-    def dialing_task(self) -> asyncio.Task[Any]:
-        """The task that dials, which a passed deadline cancels (the dialer's own: given here, it
-        is not looked up, which costs a getpid() on Python 3.11)."""
-        ...
-
-    @property
-    def dial_timed_out(self) -> bool:
-        """True once the attempt started last passed its time (and the dialing task was cancelled)."""
-        ...
+    """Bounds one attempt at a time of a dial."""
 
     def start_dial_attempt(self, timeout_s: float) -> None:
-        """An attempt starts now: cancel the dialing task if it is still running `timeout_s` later."""
+        """An attempt starts now: call the dial's `attempt_timed_out` if it still runs `timeout_s` later."""
         ...
 
     def end_dial_attempt(self) -> None:
@@ -43,23 +38,27 @@ class DialDeadline(Protocol):
 class LoopTimerDeadline:
     """A `DialDeadline` for callers without a timer of their own: one loop timer per attempt."""
 
-    __slots__ = ("_timer", "dial_timed_out", "dialing_task")
+    __slots__ = ("_dial", "_loop", "_timer")
 
-    def __init__(self, task: asyncio.Task[Any]) -> None:
-        self.dialing_task = task
+    def __init__(self, dial: TimedDial, loop: asyncio.AbstractEventLoop) -> None:
+        self._dial: TimedDial | None = dial
+        self._loop = loop
         self._timer: asyncio.TimerHandle | None = None
-        self.dial_timed_out = False
 
     def start_dial_attempt(self, timeout_s: float) -> None:
-        self.dial_timed_out = False
-        self._timer = self.dialing_task.get_loop().call_later(timeout_s, self._expire)
+        self._timer = self._loop.call_later(timeout_s, self._expire)
 
     def end_dial_attempt(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
+    def release(self) -> None:
+        """The dial is over: let go of it (it holds this deadline, a cycle otherwise)."""
+        self.end_dial_attempt()
+        self._dial = None
+
     def _expire(self) -> None:
         self._timer = None
-        self.dial_timed_out = True
-        self.dialing_task.cancel()
+        if self._dial is not None:
+            self._dial.attempt_timed_out()

@@ -5,7 +5,8 @@ its `request_framing.RequestFraming` (the sans-I/O request half: parsing, caps, 
 keep-alive intent) and its `connection_deadlines.ClientLimits` (the head deadline against
 slowloris, the keep-alive idle time, the half-close, whether another request is served) and
 carries out what they say: its one entry in the listener's `deadline.DeadlineWheel` moved (the
-entry also bounds each attempt of a CONNECT's dial, as the dialer's `DialDeadline`), the
+entry also bounds each attempt of a CONNECT's dial, as the dialer's `DialDeadline`; the dial
+runs without a task, reporting to this connection as its `DialOwner`), the
 write side kept open after the client's FIN, the connection aborted or closed, pipelined requests
 answered in order, denials with X-Egress-Code, and the request in flight dropped when a policy
 reload denies it. Each absolute-URI request goes to `dispatch.ForwardDispatcher` (decided without
@@ -34,11 +35,12 @@ from gateway.proxy.heads import error_response
 from gateway.proxy.live_permission import REVOKED_REASON, revocation
 from gateway.proxy.request_framing import ConnectHead, RequestBody, RequestEnd, RequestFraming, RequestHead
 from gateway.proxy.sni import MAX_PEEK_BYTES
-from gateway.proxy.tunnel import Tunnel
+from gateway.proxy.tunnel import Tunnel, UpstreamTunnelProtocol
 from gateway.proxy.tunnel_opener import TunnelRequest
 from gateway.tasks import spawn
 
 if TYPE_CHECKING:
+    from gateway.egress.connect import PinnedDial
     from gateway.proxy.server import ProxyServer
 
 
@@ -57,9 +59,9 @@ class ClientConnection(asyncio.Protocol):
         "_pause_mask",
         "_queued",
         "_receiving",
+        "_request",
         "_tunnel",
         "audit_fields",
-        "dial_timed_out",
         "server",
         "transport",
     )
@@ -83,9 +85,10 @@ class ClientConnection(asyncio.Protocol):
         self._limits = ClientLimits()
         self._deadline = LazyDeadline(self._timeout, server.wheel)
         self._closed = False
-        # The CONNECT's dialing task; the wheel entry bounds its attempts (`DialDeadline`).
-        self._dial: asyncio.Task[None] | None = None
-        self.dial_timed_out = False
+        # The CONNECT's dial (no task) and what it was decided for; the wheel entry bounds its
+        # attempts (`DialDeadline`).
+        self._dial: PinnedDial[UpstreamTunnelProtocol] | None = None
+        self._request: TunnelRequest | None = None
 
     @property
     def closed(self) -> bool:
@@ -305,37 +308,44 @@ class ClientConnection(asyncio.Protocol):
         self._early += head.rest
         # Nothing is due until the dial's first attempt starts (a DNS lookup has its own timeout).
         self._deadline.clear()
-        self._dial = spawn(self._open_tunnel(request), name="proxy-connect", loop=self.server.loop)
+        if request.target is None:
+            # Not decided from cached state: the decision waits for DNS, in a task of its own.
+            spawn(self._resolve_then_dial(request), name="proxy-connect", loop=self.server.loop)
+            return
+        self._dial_upstream(request)
+
+    async def _resolve_then_dial(self, request: TunnelRequest) -> None:
+        try:
+            request = await self.server.tunnels.resolve(request)
+        except GatewayError as error:
+            self._connect_failed(error)
+            return
+        self._dial_upstream(request)
+
+    def _dial_upstream(self, request: TunnelRequest) -> None:
+        loop = self.server.loop
+        assert loop is not None  # set as the listener starts, before any connection
+        self._request = request
+        dial = self._dial = self.server.tunnels.dial(request, self, self, loop)
+        dial.start()
 
     # DialDeadline (gateway.egress.dial_deadline): the connection's wheel entry, which has nothing
     # else due while the CONNECT is dialed, bounds each attempt: no loop timer per dial.
-    @property
-    def dialing_task(self) -> asyncio.Task[None]:
-        assert self._dial is not None  # set as the task is spawned, before it first runs
-        return self._dial
-
     def start_dial_attempt(self, timeout_s: float) -> None:
-        self.dial_timed_out = False
         self._deadline.set_at(time.monotonic() + timeout_s)
 
     def end_dial_attempt(self) -> None:
         self._deadline.clear()
 
-    async def _open_tunnel(self, request: TunnelRequest) -> None:
-        opener = self.server.tunnels
-        try:
-            dialed = await opener.dial(request, self)
-        except GatewayError as error:
-            self._connecting = False
-            self._dial = None
-            if self._closed:
-                self._deadline.release()
-            else:
-                self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
-                self._close()
-            return
+    # DialOwner (gateway.egress.connect): how the dial ended.
+    def dial_connected(self, transport: asyncio.Transport, protocol: UpstreamTunnelProtocol, address: str) -> None:
+        request, dial = self._request, self._dial
+        assert request is not None
+        assert dial is not None
+        self._request = self._dial = None
         self._connecting = False
-        self._dial = None
+        opener = self.server.tunnels
+        dialed = opener.dialed(request, dial, transport, protocol)
         if self._closed or self.server.draining:
             # While dialing, only a reset closes the client side (a FIN is answered as a half-close).
             opener.abandon(request, dialed, "shutdown" if self.server.draining else "client_reset")
@@ -353,6 +363,26 @@ class ClientConnection(asyncio.Protocol):
             self.transport.resume_reading()  # data_received paused reading while we dialed
         if self._limits.eof:
             tunnel.client_eof()  # the client half-closed while we dialed
+
+    def dial_failed(self, error: GatewayError | None) -> None:
+        request, dial = self._request, self._dial
+        assert request is not None
+        assert dial is not None
+        self._request = self._dial = None
+        self.server.tunnels.dial_failed(request, dial, error)
+        self._connect_failed(error)
+
+    def _connect_failed(self, error: GatewayError | None) -> None:
+        """The CONNECT was refused after its head (DNS, the dial), or its dial cancelled (None:
+        shutdown, no answer owed)."""
+        self._connecting = False
+        if self._closed:
+            self._deadline.release()
+        elif error is None:
+            self._close()
+        else:
+            self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
+            self._close()
 
     # closing ---------------------------------------------------------------------------------
     def _refuse(self, error: GatewayError) -> None:
@@ -412,8 +442,7 @@ class ClientConnection(asyncio.Protocol):
             # An attempt of the dial outlived connect_timeout_s (even if the client has left: the
             # dial must still end, with its audit lines): the dialer takes this as its timeout.
             if self._dial is not None:
-                self.dial_timed_out = True
-                self._dial.cancel()
+                self._dial.attempt_timed_out()
             return
         if self._closed:
             return

@@ -116,5 +116,10 @@ class ProxyServer:
             self._server.close()
         for conn in list(self.connections):
             conn.abort("shutdown")
+        # No task holds a CONNECT's dial for the loop's shutdown to cancel: stopped here, each
+        # releases its tunnel reservation on the next iteration (its waiter's done callback, run
+        # before this coroutine resumes).
+        self.tunnels.cancel_dials()
+        await asyncio.sleep(0)
         self.pool.close()
         self.wheel.close()

@@ -2,11 +2,12 @@
 
 Owns the CONNECT decision in the order the issue fixes: principal, authority, tunnel limits
 (per principal and in total), policy and address vetting through the egress core, the pinned
-dial, then `200 Connection Established` and the hand-over to `Tunnel`. It also owns the tunnel
-bookkeeping: the limit counts, the set of open tunnels, and the decision audit lines of CONNECT.
+dial (a `PinnedDial`, no task), then `200 Connection Established` and the hand-over to `Tunnel`.
+It also owns the tunnel bookkeeping: the limit counts, the dials in flight, the set of open
+tunnels, and the decision audit lines of CONNECT.
 
 Never parses the client's bytes (the listener does), never splices them (the tunnel does), never
-dials anything but a `PinnedTarget` through `open_pinned_connection`.
+dials anything but a `PinnedTarget` through a `PinnedDial`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from gateway.egress.connect import open_pinned_connection
+from gateway.egress.connect import DialOwner, PinnedDial
 from gateway.egress.dial_deadline import DialDeadline
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
@@ -37,9 +38,9 @@ _CONNECT_LATENCY = metrics.CONNECT_SECONDS.labels("connect")
 
 class TunnelRequest(NamedTuple):
     """A CONNECT that passed principal, authority and limits (counted), with its decision when
-    cached state sufficed (`target`), else None: `dial` then asks `EgressCore.pin`, and the
-    decision travels on in the `DialedUpstream` it returns. (A named tuple: one is made per
-    tunnel, and a frozen dataclass sets each field through `object.__setattr__`.)"""
+    cached state sufficed (`target`), else None: `resolve` then asks `EgressCore.pin` and returns
+    the request with its target. (A named tuple: one is made per tunnel, and a frozen dataclass
+    sets each field through `object.__setattr__`.)"""
 
     principal: Principal
     host: VettedHost
@@ -67,6 +68,8 @@ class TunnelOpener:
         self.decisions = decisions
         self.audit = audit
         self.tunnels: set[Tunnel] = set()
+        # Dials in flight (no task holds them): each is referenced here until its outcome is told.
+        self.dialing: set[PinnedDial[UpstreamTunnelProtocol]] = set()
         # Read at scrape time: no gauge update per tunnel.
         metrics.ACTIVE_TUNNELS.set_function(self.tunnels.__len__)
         self._on_closed = on_closed
@@ -97,6 +100,11 @@ class TunnelOpener:
             )
         self._by_principal[principal] = count + 1
         self._reserved_total += 1
+
+    @property
+    def reserved(self) -> int:
+        """Tunnels counted against the limits: open, or being dialed."""
+        return self._reserved_total
 
     def release(self, principal: str) -> None:
         self._reserved_total -= 1
@@ -153,54 +161,94 @@ class TunnelOpener:
             raise
         return TunnelRequest(principal, authority.host, port, target, loaded, client or {})
 
-    async def dial(self, request: TunnelRequest, deadline: DialDeadline | None = None) -> DialedUpstream:
-        """The decision if DNS had to be asked, then the pinned dial (each attempt bounded by
-        `deadline`, the client connection's own, else a loop timer). A refusal or a failed dial is
-        recorded, the reservation released, and the error raised."""
+    async def resolve(self, request: TunnelRequest) -> TunnelRequest:
+        """The decision when `decide` found no cached answer: the egress core asks DNS. A refusal
+        is recorded, the reservation released, and the error raised."""
         loaded = request.loaded
         principal = request.principal
-        target = request.target
         try:
-            if target is None:
-                target = await self.core.pin(principal, request.host, request.port, loaded=loaded)
-            started = time.perf_counter()
-            upstream, proto, address = await open_pinned_connection(
-                target,
-                UpstreamTunnelProtocol,
-                timeout_s=loaded.policy.proxy.connect_timeout_s,
-                deadline=deadline,
-            )
-            _CONNECT_LATENCY.observe(time.perf_counter() - started)
+            target = await self.core.pin(principal, request.host, request.port, loaded=loaded)
         except GatewayError as error:
             self.release(principal.name)
-            if target is None:
-                self.decisions.record_deny(
-                    "connect",
-                    principal.name,
-                    request.host.name,
-                    request.port,
-                    error=error,
-                    generation=loaded.generation,
-                    client=request.client,
-                )
-            else:
-                # Allowed, but the dial failed: the allow line, then a close line with the error.
-                self.decisions.record_allow("connect", principal, target, client=request.client)
-                self.audit.never_opened(
-                    kind="connect",
-                    principal=principal.name,
-                    host=target.name,
-                    port=target.port,
-                    reason=str(error.code),
-                    target=target,
-                    **request.client,
-                )
+            self.decisions.record_deny(
+                "connect",
+                principal.name,
+                request.host.name,
+                request.port,
+                error=error,
+                generation=loaded.generation,
+                client=request.client,
+            )
             raise
         except BaseException:
             # Cancelled (shutdown): the reservation must not leak.
             self.release(principal.name)
             raise
-        return DialedUpstream(upstream, proto, address, target)
+        return request._replace(target=target)
+
+    def dial(
+        self,
+        request: TunnelRequest,
+        owner: DialOwner[UpstreamTunnelProtocol],
+        deadline: DialDeadline,
+        loop: asyncio.AbstractEventLoop,
+    ) -> PinnedDial[UpstreamTunnelProtocol]:
+        """The pinned dial of a decided CONNECT, not yet started; each attempt is bounded by
+        `deadline` (the client connection's own). Kept in `dialing` until `dialed` or
+        `dial_failed` is told its outcome, so that `cancel_dials` reaches it on shutdown."""
+        target = request.target
+        assert target is not None
+        dial = PinnedDial(
+            loop,
+            target,
+            UpstreamTunnelProtocol,
+            owner,
+            timeout_s=request.loaded.policy.proxy.connect_timeout_s,
+            deadline=deadline,
+        )
+        self.dialing.add(dial)
+        return dial
+
+    def dialed(
+        self,
+        request: TunnelRequest,
+        dial: PinnedDial[UpstreamTunnelProtocol],
+        transport: asyncio.Transport,
+        protocol: UpstreamTunnelProtocol,
+    ) -> DialedUpstream:
+        """The dial connected: its latency counted; `establish` or `abandon` follows."""
+        _CONNECT_LATENCY.observe(time.perf_counter() - dial.started)
+        self.dialing.discard(dial)
+        target = request.target
+        assert target is not None
+        return DialedUpstream(transport, protocol, dial.address, target)
+
+    def dial_failed(
+        self, request: TunnelRequest, dial: PinnedDial[UpstreamTunnelProtocol], error: GatewayError | None
+    ) -> None:
+        """The dial failed (`error`) or was cancelled (None): the reservation released and, for a
+        failure, the allow line and a close line with the error."""
+        self.dialing.discard(dial)
+        principal = request.principal
+        self.release(principal.name)
+        target = request.target
+        if error is None or target is None:
+            return
+        self.decisions.record_allow("connect", principal, target, client=request.client)
+        self.audit.never_opened(
+            kind="connect",
+            principal=principal.name,
+            host=target.name,
+            port=target.port,
+            reason=str(error.code),
+            target=target,
+            **request.client,
+        )
+
+    def cancel_dials(self) -> None:
+        """Shutdown: every dial in flight stops now (each owner hears `dial_failed(None)`)."""
+        for dial in list(self.dialing):
+            dial.cancel()
 
     def abandon(self, request: TunnelRequest, dialed: DialedUpstream, reason: str) -> None:
         """The client left (or the gateway began draining) while the upstream was being dialed: the

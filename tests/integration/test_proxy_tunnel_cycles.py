@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
+from gateway.egress import connect
 from gateway.egress.own_addresses import own_addresses
 from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
@@ -26,7 +27,13 @@ from tests.harness.origins import OriginFactory
 from tests.harness.proxy import proxy_policy
 
 # The types the CONNECT path of this change owns; none may be left in a cycle.
-TUNNEL_TYPES = (client_connection.ClientConnection, tunnel.Tunnel, tunnel.UpstreamTunnelProtocol, deadline.LazyDeadline)
+TUNNEL_TYPES = (
+    client_connection.ClientConnection,
+    tunnel.Tunnel,
+    tunnel.UpstreamTunnelProtocol,
+    deadline.LazyDeadline,
+    connect.PinnedDial,
+)
 SETTLE_S = 5.0
 
 

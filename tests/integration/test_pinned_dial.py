@@ -1,0 +1,172 @@
+"""`PinnedDial`, the dial that runs without a task: addresses in order, timeouts, cancellation, shutdown.
+
+Real sockets on loopback: a listener that answers, an address where nothing listens (refused), and
+a listener whose accept queue is full (the kernel drops the SYN, so a connect hangs). The last test
+runs the proxy in this process to see that a CONNECT's dial in flight is stopped by the listener's
+shutdown and gives its tunnel reservation back, as the cancelled dialing task did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.egress.connect import PinnedDial
+from gateway.egress.own_addresses import own_addresses
+from gateway.egress.resolver import Resolver
+from gateway.egress.target import EgressCore, PinnedTarget
+from gateway.errors import ErrorCode, GatewayError
+from gateway.observe.audit import AuditLog
+from gateway.policy.holder import PolicyHolder
+from gateway.proxy.server import ProxyServer
+from gateway.vet.urls import vet_host
+from tests.harness.dns import FakeDNS
+from tests.harness.origins import OriginFactory
+from tests.harness.proxy import proxy_policy
+
+WAIT_S = 5.0
+
+
+class RecordingOwner:
+    """A `DialOwner` that keeps every outcome it hears (a dial must report exactly once)."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[tuple[str, str | GatewayError | None]] = []
+        self.reported = asyncio.Event()
+
+    def dial_connected(self, transport: asyncio.Transport, protocol: asyncio.Protocol, address: str) -> None:
+        self.outcomes.append(("connected", address))
+        transport.close()
+        self.reported.set()
+
+    def dial_failed(self, error: GatewayError | None) -> None:
+        self.outcomes.append(("failed", error))
+        self.reported.set()
+
+
+def _target(port: int, *ips: str) -> PinnedTarget:
+    return PinnedTarget(vet_host("dial.example.org"), port, tuple(ipaddress.ip_address(ip) for ip in ips), 1, 0.0)
+
+
+def _answering(ip: str, port: int = 0) -> socket.socket:
+    listener = socket.socket()
+    listener.bind((ip, port))
+    listener.listen(8)
+    return listener
+
+
+@pytest.fixture
+def unanswering(origins: OriginFactory) -> Iterator[socket.socket]:
+    """A listener whose accept queue is full: further connects to it hang."""
+    listener = socket.socket()
+    listener.bind((origins.next_ip(), 0))
+    listener.listen(0)
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(listener.getsockname())
+        fillers.append(filler)
+    yield listener
+    for sock in [listener, *fillers]:
+        sock.close()
+
+
+async def _dial(target: PinnedTarget, timeout_s: float) -> tuple[PinnedDial[asyncio.Protocol], RecordingOwner]:
+    owner = RecordingOwner()
+    dial = PinnedDial(asyncio.get_running_loop(), target, asyncio.Protocol, owner, timeout_s=timeout_s)
+    dial.start()
+    return dial, owner
+
+
+async def test_a_refused_address_is_skipped_and_the_next_one_answers(origins: OriginFactory) -> None:
+    listener = _answering(origins.next_ip())
+    ip, port = listener.getsockname()
+    refusing = origins.next_ip()  # nothing listens there
+    try:
+        dial, owner = await _dial(_target(port, refusing, ip), timeout_s=WAIT_S)
+        await asyncio.wait_for(owner.reported.wait(), WAIT_S)
+        assert owner.outcomes == [("connected", ip)]
+        assert dial.done
+        assert dial.address == ip
+    finally:
+        listener.close()
+
+
+async def test_every_address_refused_reports_the_last_failure_once(origins: OriginFactory) -> None:
+    _, owner = await _dial(_target(9, origins.next_ip(), origins.next_ip()), timeout_s=WAIT_S)
+    await asyncio.wait_for(owner.reported.wait(), WAIT_S)
+    await asyncio.sleep(0.05)
+    assert len(owner.outcomes) == 1, owner.outcomes
+    kind, error = owner.outcomes[0]
+    assert kind == "failed"
+    assert isinstance(error, GatewayError)
+    assert error.code == ErrorCode.CONNECT_FAILURE
+    assert "refused" in error.message
+
+
+async def test_an_attempt_that_gets_no_answer_times_out_and_the_next_address_answers(
+    unanswering: socket.socket, origins: OriginFactory
+) -> None:
+    hanging_ip, port = unanswering.getsockname()
+    listener = _answering(origins.next_ip(), port)
+    try:
+        _, owner = await _dial(_target(port, hanging_ip, listener.getsockname()[0]), timeout_s=0.2)
+        await asyncio.wait_for(owner.reported.wait(), WAIT_S)
+        assert owner.outcomes == [("connected", listener.getsockname()[0])]
+    finally:
+        listener.close()
+
+
+async def test_a_cancelled_dial_reports_a_cancellation_once(unanswering: socket.socket) -> None:
+    dial, owner = await _dial(_target(unanswering.getsockname()[1], unanswering.getsockname()[0]), timeout_s=WAIT_S)
+    await asyncio.sleep(0.05)
+    assert owner.outcomes == []
+    dial.cancel()
+    dial.cancel()  # asked twice before it stops: still one outcome
+    await asyncio.wait_for(owner.reported.wait(), WAIT_S)
+    assert owner.outcomes == [("failed", None)]
+    assert dial.done
+    dial.cancel()  # a finished dial ignores it
+    dial.attempt_timed_out()
+    await asyncio.sleep(0.1)
+    assert owner.outcomes == [("failed", None)]
+
+
+async def test_the_listener_shutdown_stops_a_connect_dial_in_flight_and_frees_its_reservation(
+    tmp_path: Path, fake_dns: FakeDNS, unanswering: socket.socket
+) -> None:
+    ip, port = unanswering.getsockname()
+    fake_dns.add("hang-shutdown.example.org", ip)
+    policy_path = tmp_path / "policy.yaml"
+    policy = proxy_policy([f"{ip}/32"], ports=[port], proxy={"connect_timeout_s": 30})
+    policy_path.write_text(yaml.safe_dump(policy))
+    holder = PolicyHolder(policy_path)
+    core = EgressCore(Resolver([fake_dns.nameserver]), lambda: holder.current, own_addresses(["127.0.0.1"]))
+    audit = AuditLog(str(tmp_path / "audit.log"))
+    proxy = ProxyServer(core, audit)
+    await proxy.start("127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        authority = f"hang-shutdown.example.org:{port}"
+        writer.write(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+        loop = asyncio.get_running_loop()
+        until = loop.time() + WAIT_S
+        while not proxy.tunnels.dialing and loop.time() < until:
+            await asyncio.sleep(0.01)
+        assert len(proxy.tunnels.dialing) == 1
+        assert proxy.tunnels.reserved == 1
+        await proxy.close()
+        assert not proxy.tunnels.dialing
+        assert proxy.tunnels.reserved == 0
+        assert await asyncio.wait_for(reader.read(), WAIT_S) == b""  # closed without an answer
+        writer.close()
+    finally:
+        await proxy.close()
+        audit.close()
