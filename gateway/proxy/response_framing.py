@@ -108,6 +108,7 @@ class ResponseFraming:
         "_scanner",
         "_stalled",
         "_status",
+        "_streaming",
         "_upstream_chunked",
         "body_bytes",
         "close_client",
@@ -119,7 +120,7 @@ class ResponseFraming:
     )
 
     # Declared here: `next_response` sets them again before `_start` in this file.
-    _scanner: ResponseHeadScanner | None
+    _streaming: bool
     _out: list[bytes]
     reusable: bool
     _at_boundary: bool
@@ -148,7 +149,8 @@ class ResponseFraming:
         self._id_field = id_field
         self._client_http10 = client_http10
         self.close_client = close_client
-        self._scanner = ResponseHeadScanner()
+        self._scanner.restart()  # the same scanner: its caps count from zero for each exchange
+        self._streaming = False
         self._out = []
         self.head_sent = False
         self.complete = False
@@ -165,8 +167,9 @@ class ResponseFraming:
         # An HTTP/1.0 client, or one that asked to close, is told so in the final response head.
         self.close_client = close_client
         # Until the final head has been parsed, heads are cut out of the stream on raw bytes
-        # (caps counted before llhttp sees a fragment); None once the body is streaming.
+        # (caps counted before llhttp sees a fragment); then the body is streaming.
         self._scanner = ResponseHeadScanner()
+        self._streaming = False
         self._out = []
         # The head being parsed: its relayed field lines (name, ": ", value, CRLF, ...), its
         # Connection values, and whether it framed its body.
@@ -200,16 +203,15 @@ class ResponseFraming:
             # Heads are cut out on raw bytes until the final one is parsed, then the body streams.
             # Inline, not a method: once per upstream read.
             parser = self._parser
-            scanner = self._scanner
             rest: bytes | memoryview = data
-            while scanner is not None:
-                taken = scanner.take_head(rest if isinstance(rest, bytes) else rest.tobytes())
+            # Streaming once the final head was parsed (`rest` copied below only after a 1xx).
+            while not self._streaming:
+                taken = self._scanner.take_head(rest if isinstance(rest, bytes) else rest.tobytes())
                 if taken is None:
                     rest = b""
                     break
                 head, rest = taken
                 parser.feed_data(head)
-                scanner = self._scanner  # None once the final head was parsed (copied above only after a 1xx)
                 if not rest:
                     break
             if rest:
@@ -278,7 +280,7 @@ class ResponseFraming:
     def on_header(self, name: bytes, value: bytes) -> None:
         # One pass: framing facts noted, hop-by-hop and Proxy-* fields dropped, the rest kept as
         # wire lines.
-        if self._scanner is None:
+        if self._streaming:
             return  # a trailer field: never merged into the head the client already has
         role = _FIELD_ROLES.get(name)
         if role is None:
@@ -308,7 +310,7 @@ class ResponseFraming:
             self._refuse_unframeable(status, named)
         informational = status < 200
         if not informational:
-            self._scanner = None  # the body follows; trailers, if any, are dropped
+            self._streaming = True  # the body follows; trailers, if any, are dropped
         elif self._client_http10:
             return  # RFC 9110 section 15.2: no interim response to an HTTP/1.0 client
         reason = self._reason

@@ -15,6 +15,7 @@ import pytest
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.heads import HOP_BY_HOP
 from gateway.proxy.response_framing import ResponseFraming
+from gateway.proxy.response_head import MAX_INTERIM_RESPONSES, MAX_RESPONSE_HEADERS
 
 
 @dataclass(frozen=True)
@@ -331,3 +332,17 @@ def test_remembered_status_lines_keep_each_reason_phrase() -> None:
         framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
         head = b"HTTP/1.1 200 " + reason + b"\r\nContent-Length: 0\r\n\r\n"
         assert framing.feed(head) == _head_field_by_field(head, b"")
+
+
+def test_the_head_caps_count_per_response_on_a_reused_framing() -> None:
+    # A pooled connection's framing (and its head scanner) serves response after response: each
+    # response's heads are counted from zero, so a long-lived connection never reaches a cap that
+    # one response alone stays under.
+    fields = b"".join(b"X-%d: %s\r\n" % (index, b"v" * 400) for index in range(MAX_RESPONSE_HEADERS - 1))
+    response = b"HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 200 OK\r\n" + fields + b"Content-Length: 0\r\n\r\n"
+    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
+    for _ in range(MAX_INTERIM_RESPONSES + 2):
+        framing = framing.next_response(head_only=False, client_http10=False, close_client=False)
+        framing.feed(response)
+        assert framing.complete
+        assert framing.reusable
