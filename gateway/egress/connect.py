@@ -110,13 +110,13 @@ class PinnedDial(Generic[P]):
         "_loop",
         "_next",
         "_owner",
-        "_target",
         "_timed_out",
         "_timeout_s",
         "_timer",
         "_waiter",
         "address",
         "started",
+        "target",
     )
 
     def __init__(
@@ -130,7 +130,7 @@ class PinnedDial(Generic[P]):
         deadline: DialDeadline | None = None,
     ) -> None:
         self._loop = loop
-        self._target = target
+        self.target = target
         self._factory = protocol_factory
         self._owner: DialOwner[P] | None = owner
         self._timeout_s = timeout_s
@@ -176,7 +176,7 @@ class PinnedDial(Generic[P]):
 
     def _try_next(self) -> None:
         """The next address (the first: `start`), or the last failure once none is left."""
-        texts = self._target.address_texts
+        texts = self.target.address_texts
         if self._next >= len(texts):
             last = self._last
             assert last is not None
@@ -187,7 +187,7 @@ class PinnedDial(Generic[P]):
         self._timed_out = False
         assert self._deadline is not None
         self._deadline.start_dial_attempt(self._timeout_s)
-        self._coro = self._loop.create_connection(self._factory, host=text, port=self._target.port)
+        self._coro = self._loop.create_connection(self._factory, host=text, port=self.target.port)
         self._step(None)
 
     start = _try_next
@@ -216,11 +216,11 @@ class PinnedDial(Generic[P]):
                 self._finish().dial_failed(None)
                 return
             self._last = GatewayError(
-                ErrorCode.CONNECT_FAILURE, f"connection to {self._target.name}:{self._target.port} timed out"
+                ErrorCode.CONNECT_FAILURE, f"connection to {self.target.name}:{self.target.port} timed out"
             )
         except OSError as exc:
             self._deadline.end_dial_attempt()
-            self._last = io_error(exc, self._target)
+            self._last = io_error(exc, self.target)
         except BaseException:
             # Not a failure to connect (a defect, or the interpreter stopping): the owner hears a
             # cancellation, and the exception goes on to the loop's handler.
@@ -298,15 +298,15 @@ class PinnedResolver(AbstractResolver):
     """
 
     def __init__(self, target: PinnedTarget) -> None:
-        self._target = target
+        self.target = target
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
-        if host != self._target.name:
-            raise OSError(f"pinned resolver asked for {host!r}, pinned to {self._target.name!r}")
+        if host != self.target.name:
+            raise OSError(f"pinned resolver asked for {host!r}, pinned to {self.target.name!r}")
         results: list[ResolveResult] = []
-        for address in self._target.addresses:
+        for address in self.target.addresses:
             results.append(
                 {
                     "hostname": host,

@@ -138,7 +138,8 @@ class EgressCore:
         """
         if self.admission is not None and (refusal := self.admission()) is not None:
             raise refusal
-        self._same_generation(loaded)
+        if loaded.generation != self._memo_generation:  # checked here: no call per CONNECT
+            self._same_generation(loaded)
         key = (principal.name, host.name, port)
         # Both checks are pure functions of (policy generation, principal, host, port, addresses):
         # an allowed outcome for the same inputs is the same outcome, so it is remembered; a

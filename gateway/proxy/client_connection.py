@@ -35,7 +35,7 @@ from gateway.proxy.heads import error_response
 from gateway.proxy.live_permission import REVOKED_REASON, revocation
 from gateway.proxy.request_framing import ConnectHead, RequestBody, RequestEnd, RequestFraming, RequestHead
 from gateway.proxy.sni import MAX_PEEK_BYTES
-from gateway.proxy.tunnel import Tunnel, UpstreamTunnelProtocol
+from gateway.proxy.tunnel import DialedUpstream, Tunnel, UpstreamTunnelProtocol
 from gateway.proxy.tunnel_opener import TunnelRequest
 from gateway.tasks import spawn
 
@@ -77,8 +77,9 @@ class ClientConnection(asyncio.Protocol):
         self._queued: deque[ParsedRequest] = deque()
         self._tunnel: Tunnel | None = None
         self._connecting = False
-        # Client bytes that arrive while a CONNECT is being dialed (a ClientHello sent eagerly).
-        self._early = bytearray()
+        # Client bytes that arrive while a CONNECT is being dialed (a ClientHello sent eagerly):
+        # bytes, not a bytearray, so that none is made for a connection that sends nothing early.
+        self._early = b""
         self._pause_mask = NOT_PAUSED
         # The connection's deadline (head or keep-alive idle) and half-close, as data; `_deadline`
         # is its entry in the wheel, which a tunnel on this connection takes over for its limits.
@@ -157,11 +158,15 @@ class ClientConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.server.connections.discard(self)
+        tunnel = self._tunnel
+        if tunnel is not None:
+            # Its close releases the wheel entry. It is usually closed already: the client's FIN
+            # or the upstream's ended it.
+            if not tunnel.closed:
+                tunnel.client_lost(exc)
+            return
         if not self._connecting:
             self._deadline.release()  # while dialing, the entry still bounds the dial
-        if self._tunnel is not None:
-            self._tunnel.client_lost(exc)
-            return
         for exchange in [self._exchange, *(queued.exchange for queued in self._queued)]:
             if exchange is not None and exchange.upstream is not None:
                 upstream = exchange.upstream
@@ -306,10 +311,10 @@ class ClientConnection(asyncio.Protocol):
         # data_received holds whatever arrives until the tunnel exists.
         self._connecting = True
         self._early += head.rest
-        # Nothing is due until the dial's first attempt starts (a DNS lookup has its own timeout).
-        self._deadline.clear()
         if request.target is None:
             # Not decided from cached state: the decision waits for DNS, in a task of its own.
+            # Nothing is due until the dial's first attempt starts (the lookup has its own timeout).
+            self._deadline.clear()
             spawn(self._resolve_then_dial(request), name="proxy-connect", loop=self.server.loop)
             return
         self._dial_upstream(request)
@@ -345,17 +350,17 @@ class ClientConnection(asyncio.Protocol):
         self._request = self._dial = None
         self._connecting = False
         opener = self.server.tunnels
-        dialed = opener.dialed(request, dial, transport, protocol)
+        dialed = DialedUpstream(transport, protocol, address, dial.target)
         if self._closed or self.server.draining:
             # While dialing, only a reset closes the client side (a FIN is answered as a half-close).
-            opener.abandon(request, dialed, "shutdown" if self.server.draining else "client_reset")
+            opener.abandon(request, dial, dialed, "shutdown" if self.server.draining else "client_reset")
             self._close()
             return
         early = self._early
         if early:
-            self._early = bytearray()
+            self._early = b""
         tunnel = self._tunnel = opener.establish(
-            self.transport, request, dialed, bytes(early) if early else b"", self._deadline
+            self.transport, request, dial, dialed, early=early, deadline=self._deadline
         )
         if tunnel.closed:
             return

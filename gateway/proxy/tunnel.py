@@ -117,8 +117,9 @@ class UpstreamTunnelProtocol(asyncio.BufferedProtocol):
     def __init__(self) -> None:
         self.tunnel: Tunnel | None = None
         self.transport: asyncio.Transport | None = None
-        # Bytes or a close that arrive before the tunnel object exists (server speaks first).
-        self.early: list[bytes] = []
+        # Bytes that arrive before the tunnel object exists (server speaks first); a list only
+        # once there are some.
+        self.early: list[bytes] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it (no typing.cast:
@@ -134,10 +135,12 @@ class UpstreamTunnelProtocol(asyncio.BufferedProtocol):
         assert buffer is not None  # get_buffer() ran just before, on the same read
         if self.tunnel is not None:
             self.tunnel.from_upstream(buffer, nbytes)
-        else:
-            self.early.append(bytes(buffer[:nbytes]))
-            assert self.transport is not None
-            self.transport.pause_reading()
+            return
+        if self.early is None:
+            self.early = []
+        self.early.append(bytes(buffer[:nbytes]))
+        assert self.transport is not None
+        self.transport.pause_reading()
 
     def eof_received(self) -> bool | None:
         if self.tunnel is not None:
@@ -148,7 +151,7 @@ class UpstreamTunnelProtocol(asyncio.BufferedProtocol):
         self.transport = None
         # Let go of the tunnel (it holds this protocol): no cycle left for the garbage collector.
         tunnel, self.tunnel = self.tunnel, None
-        if tunnel is not None:
+        if tunnel is not None and not tunnel.closed:  # usually closed already (by the client's side)
             tunnel.upstream_lost(exc)
 
     def pause_writing(self) -> None:
@@ -243,10 +246,11 @@ class Tunnel:
         """Attach to the upstream protocol, deliver anything that arrived early, start reading."""
         proto = self.upstream_proto
         proto.tunnel = self
-        if proto.early:
-            for chunk in proto.early:
+        held = proto.early
+        if held is not None:
+            proto.early = None
+            for chunk in held:
                 self.from_upstream_bytes(chunk)
-            proto.early.clear()
             if not self.closed:
                 self.upstream.resume_reading()
         if early:
@@ -313,8 +317,10 @@ class Tunnel:
         """Half-close toward the upstream; keep the tunnel open for the other direction."""
         if self.closed:
             return False
+        checked = self.gate is None
+        # Before the handshake is checked the FIN closes the tunnel whatever the upstream can do.
         end = self.limits.client_eof(
-            handshake_checked=self.gate is None, upstream_can_half_close=_can_half_close(self.upstream)
+            handshake_checked=checked, upstream_can_half_close=checked and _can_half_close(self.upstream)
         )
         if end is AfterFin.CLOSE:
             self.close("client_closed")
@@ -378,7 +384,9 @@ class Tunnel:
         if self.closed:
             return
         self.closed = True
-        self.deadline.cancel()
+        # Nothing is due on the connection's entry once its tunnel is closed: released, its
+        # owner's callback goes with it (no cycle left, and the owner releases it no second time).
+        self.deadline.release()
         for transport in (self.client, self.upstream):
             if not transport.is_closing():
                 if abort:

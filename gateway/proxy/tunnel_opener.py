@@ -194,8 +194,8 @@ class TunnelOpener:
         loop: asyncio.AbstractEventLoop,
     ) -> PinnedDial[UpstreamTunnelProtocol]:
         """The pinned dial of a decided CONNECT, not yet started; each attempt is bounded by
-        `deadline` (the client connection's own). Kept in `dialing` until `dialed` or
-        `dial_failed` is told its outcome, so that `cancel_dials` reaches it on shutdown."""
+        `deadline` (the client connection's own). Kept in `dialing` until `establish`, `abandon`
+        or `dial_failed` is told its outcome, so that `cancel_dials` reaches it on shutdown."""
         target = request.target
         assert target is not None
         dial = PinnedDial(
@@ -208,20 +208,6 @@ class TunnelOpener:
         )
         self.dialing.add(dial)
         return dial
-
-    def dialed(
-        self,
-        request: TunnelRequest,
-        dial: PinnedDial[UpstreamTunnelProtocol],
-        transport: asyncio.Transport,
-        protocol: UpstreamTunnelProtocol,
-    ) -> DialedUpstream:
-        """The dial connected: its latency counted; `establish` or `abandon` follows."""
-        _CONNECT_LATENCY.observe(time.perf_counter() - dial.started)
-        self.dialing.discard(dial)
-        target = request.target
-        assert target is not None
-        return DialedUpstream(transport, protocol, dial.address, target)
 
     def dial_failed(
         self, request: TunnelRequest, dial: PinnedDial[UpstreamTunnelProtocol], error: GatewayError | None
@@ -250,9 +236,13 @@ class TunnelOpener:
         for dial in list(self.dialing):
             dial.cancel()
 
-    def abandon(self, request: TunnelRequest, dialed: DialedUpstream, reason: str) -> None:
+    def abandon(
+        self, request: TunnelRequest, dial: PinnedDial[UpstreamTunnelProtocol], dialed: DialedUpstream, reason: str
+    ) -> None:
         """The client left (or the gateway began draining) while the upstream was being dialed: the
         allowed decision and a close line with `reason` still reach the audit trail."""
+        _CONNECT_LATENCY.observe(time.perf_counter() - dial.started)
+        self.dialing.discard(dial)
         dialed.transport.close()
         self.release(request.principal.name)
         target = dialed.target
@@ -271,11 +261,16 @@ class TunnelOpener:
         self,
         client: asyncio.Transport,
         request: TunnelRequest,
+        dial: PinnedDial[UpstreamTunnelProtocol],
         dialed: DialedUpstream,
+        *,
         early: bytes,
         deadline: LazyDeadline,
     ) -> Tunnel:
-        """Record the decision, answer 200, and start splicing (with the SNI gate first)."""
+        """The dial connected: record the decision, answer 200, and start splicing (with the SNI
+        gate first)."""
+        _CONNECT_LATENCY.observe(time.perf_counter() - dial.started)
+        self.dialing.discard(dial)
         self.decisions.record_allow("connect", request.principal, dialed.target, client=request.client)
         conn = request.client.get("conn")
         client.write(
