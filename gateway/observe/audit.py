@@ -47,7 +47,7 @@ from gateway.observe.audit_members import (
 )
 from gateway.observe.audit_repeats import DEFAULT_AGGREGATE_S, DenialAggregator
 from gateway.observe.audit_sink import AuditSink
-from gateway.observe.loop_metrics import CounterChild
+from gateway.observe.loop_metrics import CounterChild, LoopCounter
 from gateway.observe.verdicts import outcome_for_close, outcome_for_code, rule_for_code, verdict_of_failure
 
 log = logging.getLogger("egress_gateway.audit")
@@ -180,6 +180,7 @@ class AuditLog:
         self._closings: BoundedMemo[tuple[str, str], tuple[str, CounterChild, bytes]] = BoundedMemo(
             MAX_PREPARED_CLOSINGS
         )
+        self._counters: dict[tuple[str, tuple[str, ...]], CounterChild] = {}
         # A close line's `address` member per upstream address, with a leading comma.
         self._address_members: BoundedMemo[str, bytes] = BoundedMemo(MAX_PREPARED_ADDRESSES)
         # Per (kind, target): the target, its principal, and a close line's members that only
@@ -363,13 +364,19 @@ class AuditLog:
             decision = verdict_of_failure(code, rule)
             outcome = outcome or outcome_for_code(code)
             if code == ErrorCode.AUTH_REQUIRED:
-                metrics.AUTH_FAILURES.labels(kind=kind).inc()
+                self._counter(metrics.AUTH_FAILURES, (kind,)).value += 1
         if rule is None and code is not None and decision in ("deny", "would_deny"):
             rule = rule_for_code(code)
         if outcome is not None:
-            metrics.OUTCOMES.labels(kind=kind, outcome=outcome).inc()
+            self._counter(metrics.OUTCOMES, (kind, outcome)).value += 1
         if self._sink is None:
             return
+        if decision == "deny":
+            # An agent retrying a refused request comes here in a loop: a repeat is counted from
+            # its key alone, before a line's dict is built (`DenialAggregator` names the fields).
+            repeat = (kind, principal, host, port, code, extra.get("client_ip"), extra.get("method"))
+            if self._repeats.counted(repeat):
+                return
         fields = {
             "kind": kind,
             "principal": principal,
@@ -385,10 +392,18 @@ class AuditLog:
             "rule_pattern": rule_pattern,
             **extra,
         }
-        if decision == "deny" and self._repeats.counted(fields):
-            return
+        if decision == "deny":
+            self._repeats.first(repeat, fields)
         # The fields as they are, not spread into a second keyword dict.
         self._write_fields("decision", fields)
+
+    def _counter(self, family: LoopCounter, labels: tuple[str, ...]) -> CounterChild:
+        """A counter child remembered per family and labels (`labels()` per line costs a key
+        tuple, a check and a lookup). Bounded: every label here is from a fixed vocabulary."""
+        counter = self._counters.get((family.name, labels))
+        if counter is None:
+            counter = self._counters[(family.name, labels)] = family.labels(*labels)
+        return counter
 
     def _closing(self, kind: str, reason: str) -> tuple[str, CounterChild, bytes]:
         """A close reason's outcome, its counter child (`labels()` per line costs a key tuple and

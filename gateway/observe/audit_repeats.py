@@ -19,7 +19,9 @@ from gateway.observe import metrics
 
 MAX_AGGREGATED_KEYS = 4096
 DEFAULT_AGGREGATE_S = 10.0
-_KEY_FIELDS = ("kind", "principal", "host", "port", "code", "client_ip", "method")
+# What a repeat's key holds, in this order (`AuditLog.decision` builds it from its arguments).
+KEY_FIELDS = ("kind", "principal", "host", "port", "code", "client_ip", "method")
+_AGGREGATED = metrics.AUDIT_AGGREGATED_LINES.labels()
 _SUMMARY_FIELDS = ("kind", "principal", "host", "port", "code", "rule")
 
 
@@ -34,26 +36,27 @@ class DenialAggregator:
         self._repeats: dict[tuple[Any, ...], list[Any]] = {}
         self._timer: asyncio.TimerHandle | None = None
 
-    def counted(self, fields: dict[str, Any]) -> bool:
-        """True when an identical denial was already written in this window (it is counted)."""
-        if self.window_s <= 0:
-            return False
-        key = tuple(fields.get(name) for name in _KEY_FIELDS)
+    def counted(self, key: tuple[Any, ...]) -> bool:
+        """True when a denial with `key` (the values of `KEY_FIELDS`) was already written in this
+        window: it is counted instead."""
         entry = self._repeats.get(key)
-        if entry is not None:
-            entry[1] += 1
-            metrics.AUDIT_AGGREGATED_LINES.inc()
-            return True
-        if len(self._repeats) >= MAX_AGGREGATED_KEYS:
+        if entry is None:
             return False
+        entry[1] += 1
+        _AGGREGATED.value += 1
+        return True
+
+    def first(self, key: tuple[Any, ...], fields: dict[str, Any]) -> None:
+        """A denial with `key` that is about to be written: its repeats in this window are counted."""
+        if self.window_s <= 0 or len(self._repeats) >= MAX_AGGREGATED_KEYS:
+            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            return False
+            return
         self._repeats[key] = [fields, 0]
         if self._timer is None:
             self._timer = loop.call_later(self.window_s, self._summarise)
-        return False
 
     def _summarise(self) -> None:
         self._timer = None

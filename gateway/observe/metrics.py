@@ -171,7 +171,8 @@ LISTENER_REFUSED = Counter(
     ["listener"],
     registry=REGISTRY,
 )
-AUTH_FAILURES = Counter(
+# On the loop: an agent retrying with a wrong credential counts one per attempt.
+AUTH_FAILURES = LoopCounter(
     "egress_gateway_auth_failures_total",
     "Requests refused for a missing or wrong credential, by kind.",
     ["kind"],
@@ -187,11 +188,15 @@ AUDIT_WRITABLE = Gauge(
     "1 while the audit log can be written, 0 while writes fail.",
     registry=REGISTRY,
 )
-AUDIT_AGGREGATED_LINES = Counter(
+# On the loop: one per repeated denial (a retry loop's cost); unlabelled, its one child exists
+# from the start, as prometheus_client's counter would be exported at zero.
+AUDIT_AGGREGATED_LINES = LoopCounter(
     "egress_gateway_audit_aggregated_lines_total",
     "Repeated identical denials counted into a `repeated` audit line instead of written one by one.",
+    (),
     registry=REGISTRY,
 )
+AUDIT_AGGREGATED_LINES.labels()
 TUNNEL_LIMIT_HITS = Counter(
     "egress_gateway_tunnel_limit_hits_total",
     "CONNECT requests refused by a tunnel limit, by scope (gateway, principal).",

@@ -144,6 +144,39 @@ async def test_identical_denials_are_written_once_then_counted(tmp_path: Path) -
     audit.close()
 
 
+async def test_a_denial_is_counted_as_a_repeat_only_when_every_key_field_matches(tmp_path: Path) -> None:
+    path = tmp_path / "audit.log"
+    audit = AuditLog(str(path), aggregate_s=10.0)
+    first: dict[str, Any] = {"client_ip": "127.0.0.1", "method": "GET", "client_port": 1}
+    _deny(audit, **first)
+    # One key field (`audit_repeats.KEY_FIELDS`) differs in each: every one is written.
+    _deny(audit, "other.example", **first)
+    _deny(audit, **{**first, "client_ip": "127.0.0.2"})
+    _deny(audit, **{**first, "method": "POST"})
+    _deny(audit, **{key: value for key, value in first.items() if key != "method"})
+    audit.decision(
+        kind="http", principal="agent", host="blocked.example", port=443, decision="deny", code="policy_denied"
+    )
+    audit.decision(
+        kind="connect", principal="bob", host="blocked.example", port=443, decision="deny", code="policy_denied"
+    )
+    audit.decision(
+        kind="connect", principal="agent", host="blocked.example", port=80, decision="deny", code="policy_denied"
+    )
+    audit.decision(
+        kind="connect", principal="agent", host="blocked.example", port=443, decision="deny", code="unsafe_url"
+    )
+    audit.flush()
+    assert len(_lines(path)) == 9
+    # Only fields outside the key differ (the client's port, the reason): counted, not written.
+    _deny(audit, **{**first, "client_port": 2})
+    audit.flush()
+    assert len(_lines(path)) == 9
+    audit.close()
+    repeated = [line for line in _lines(path) if line["event"] == "repeated"]
+    assert [(line["host"], line["count"]) for line in repeated] == [("blocked.example", 1)]
+
+
 def test_reopen_writes_to_the_new_file_after_logrotate_moved_it(tmp_path: Path) -> None:
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path), aggregate_s=0)
