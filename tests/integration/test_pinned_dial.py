@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,7 +140,7 @@ async def test_a_cancelled_dial_reports_a_cancellation_once(unanswering: socket.
     assert owner.outcomes == [("failed", None)]
 
 
-async def test_the_listener_shutdown_stops_a_connect_dial_in_flight_and_frees_its_reservation(
+async def test_the_listener_shutdown_stops_a_connect_dial_in_flight_frees_its_reservation_and_audits_it(
     tmp_path: Path, fake_dns: FakeDNS, unanswering: socket.socket
 ) -> None:
     ip, port = unanswering.getsockname()
@@ -170,3 +171,10 @@ async def test_the_listener_shutdown_stops_a_connect_dial_in_flight_and_frees_it
     finally:
         await proxy.close()
         audit.close()
+    lines = [json.loads(line) for line in (tmp_path / "audit.log").read_text().splitlines()]
+    mine = [line for line in lines if line.get("host") == "hang-shutdown.example.org"]
+    # The lines of a dial that connects during the drain: the allowed decision, then its close.
+    assert [(line["event"], line.get("decision"), line.get("close_reason")) for line in mine] == [
+        ("decision", "allow", None),
+        ("close", None, "shutdown"),
+    ], lines
