@@ -103,6 +103,11 @@ class TunnelOpener:
         self._reserved_total += 1
 
     @property
+    def shutting_down(self) -> bool:
+        """`cancel_dials` ran: the listener is closing."""
+        return self._shutting_down
+
+    @property
     def reserved(self) -> int:
         """Tunnels counted against the limits: open, or being dialed."""
         return self._reserved_total
