@@ -123,18 +123,20 @@ class ClientConnection(asyncio.Protocol):
         if framing is None or self._closed:
             return
         limits = self._limits
-        if limits.reason is ClientDeadline.KEEP_ALIVE_IDLE:
-            # The next head has started: it must complete within the head deadline (slowloris).
-            limits.bytes_arrived(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
-            self._deadline.set_at(limits.at)
+        # Bytes after an idle wait start the next head, which must complete within the head
+        # deadline (slowloris). Armed after this read's events, and only if the head is still
+        # incomplete then: a head that arrives whole starts its request at once, which clears
+        # that deadline again (no policy read, clock read or wheel move per keep-alive request).
+        was_idle = limits.reason is ClientDeadline.KEEP_ALIVE_IDLE
         for event in framing.feed(data):
-            if isinstance(event, RequestBody):
-                if self._receiving is not None:
-                    self._receiving.request_body(event.data)
-            elif isinstance(event, RequestHead):
+            # The events of a bodiless request first: one isinstance call each.
+            if isinstance(event, RequestHead):
                 self._request_head(event)
             elif isinstance(event, RequestEnd):
                 self._request_end()
+            elif isinstance(event, RequestBody):
+                if self._receiving is not None:
+                    self._receiving.request_body(event.data)
             elif isinstance(event, ConnectHead):
                 # The tunnel's own limits take over. The wheel entry stays filed: when its slot
                 # comes, `_timeout` finds nothing due and moves it on.
@@ -143,6 +145,9 @@ class ClientConnection(asyncio.Protocol):
             else:
                 self._refuse(event.error)
                 return
+        if was_idle and limits.reason is ClientDeadline.KEEP_ALIVE_IDLE:
+            limits.bytes_arrived(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
+            self._deadline.set_at(limits.at)
 
     def eof_received(self) -> bool | None:
         if self._tunnel is not None:
@@ -226,17 +231,24 @@ class ClientConnection(asyncio.Protocol):
     def response_finished(self, exchange: ForwardExchange, *, keep_alive: bool, reason: str) -> None:
         # One histogram per request (latency); sizes are in the close audit line.
         metrics.HTTP_FORWARD_SECONDS.observe(time.perf_counter() - exchange.started)
-        self.server.decisions.record_exchange_close(exchange, reason)
+        server = self.server
+        server.decisions.record_exchange_close(exchange, reason)
         self._exchange = None
-        self.server.activity_ended()
+        if server.draining:
+            server.activity_ended()  # it only wakes a drain
         if self._closed:
             return
         # The finished request's own keep-alive, not the connection's.
         limits = self._limits
-        if not limits.keep_alive(exchange.client_keep_alive, keep_alive, exchange.body_done, self.server.draining):
+        if not limits.keep_alive(exchange.client_keep_alive, keep_alive, exchange.body_done, server.draining):
             self._close()
             return
-        self._next_exchange()
+        if self._queued:
+            self._next_exchange()
+            return
+        # `_next_exchange` with nothing queued, inline: once per keep-alive request.
+        limits.response_finished(time.monotonic(), server.core.loaded.policy.proxy.idle_timeout_s)
+        self._deadline.set_at(limits.at)
 
     def fail_exchange(self, exchange: ForwardExchange, code: str, message: str) -> None:
         """The upstream failed mid-exchange: a 502 if nothing was sent yet, else cut the stream."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import GatewayError
+from gateway.memo import BoundedMemo
 from gateway.policy.model import Principal
 from gateway.proxy.heads import HOP_BY_HOP, connection_tokens
 
@@ -160,8 +161,10 @@ class ForwardExchange:
                 self.upstream.transport.write(b"0\r\n\r\n")
             else:
                 self.pending.append(b"0\r\n\r\n")
-        if self.upstream is not None and self.upstream.response_complete:
-            self.upstream.finish()
+        upstream = self.upstream
+        # `upstream.response_complete`, inline: once per request.
+        if upstream is not None and upstream.framing is not None and upstream.framing.complete:
+            upstream.finish()
 
 
 # Not frozen: built per request, and a frozen dataclass sets each field through `object.__setattr__`
@@ -175,6 +178,22 @@ class ParsedRequest:
     headers: list[tuple[bytes, bytes]]
     authorization: bytes | None
     connection_named: frozenset[bytes]  # the header names its Connection field lists
+
+
+# Whether a request field is never forwarded whatever its message says (hop-by-hop, Proxy-*, the
+# Host the proxy rewrites), remembered per name as sent, as the response side remembers its roles:
+# lower-casing and classifying each name per request cost more than copying its line.
+MAX_REMEMBERED_REQUEST_FIELD_NAME_BYTES = 64
+MAX_REMEMBERED_REQUEST_FIELD_NAMES = 1024
+_DROPPED_REQUEST_FIELDS: BoundedMemo[bytes, bool] = BoundedMemo(MAX_REMEMBERED_REQUEST_FIELD_NAMES)
+
+
+def _learn_dropped(name: bytes) -> bool:
+    lowered = name.lower()
+    dropped = lowered in HOP_BY_HOP or lowered.startswith(b"proxy-") or lowered == b"host"
+    if len(name) <= MAX_REMEMBERED_REQUEST_FIELD_NAME_BYTES:
+        _DROPPED_REQUEST_FIELDS.put(name, dropped)
+    return dropped
 
 
 def build_request_head(
@@ -193,9 +212,12 @@ def build_request_head(
     if named is None:
         named = connection_tokens(headers)
     parts = [method, b" ", target, b" HTTP/1.1\r\nHost: ", authority, b"\r\n"]
+    dropped_names = _DROPPED_REQUEST_FIELDS
     for name, value in headers:
-        lowered = name.lower()
-        if lowered in HOP_BY_HOP or lowered in named or lowered.startswith(b"proxy-") or lowered == b"host":
+        dropped = dropped_names.get(name)
+        if dropped is None:
+            dropped = _learn_dropped(name)
+        if dropped or (named and name.lower() in named):
             continue
         parts += (name, b": ", value, b"\r\n")
     if chunked:

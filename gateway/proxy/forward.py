@@ -59,14 +59,13 @@ class UpstreamConnection(asyncio.Protocol):
         # The last exchange's decision, kept while parked: a reload may revoke it (live permission).
         self.principal_rule: Principal | None = None
         self.target: PinnedTarget | None = None
+        # The last client connection's audit id and its X-Egress-Id line (see `start`).
+        self._id_conn: object = None
+        self._id_field = b""
 
     @property
     def head_sent(self) -> bool:
         return self.framing is not None and self.framing.head_sent
-
-    @property
-    def response_complete(self) -> bool:
-        return self.framing is not None and self.framing.complete
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -115,11 +114,10 @@ class UpstreamConnection(asyncio.Protocol):
         self._answered = True
         self.last_activity = time.monotonic()
         try:
-            framing.feed(data)
+            out = framing.feed(data)
         except GatewayError as error:
             self._fail(exchange, error)
             return
-        out = framing.take_output()
         if out:
             if not exchange.status:
                 exchange.status = framing.status  # for the close line
@@ -197,14 +195,18 @@ class UpstreamConnection(asyncio.Protocol):
         self.principal_rule = exchange.principal_rule
         self.target = exchange.target
         conn = exchange.client.audit_fields.get("conn")
+        if conn is not self._id_conn:
+            # The id of the audit lines, as on refusals and the CONNECT 200: formatted once per
+            # client connection this upstream serves in a row, not per request.
+            self._id_conn = conn
+            self._id_field = b"X-Egress-Id: %s\r\n" % conn.encode("ascii") if isinstance(conn, str) else b""
         spent = self._spent_framing
         self._spent_framing = None
         self.framing = (ResponseFraming if spent is None else spent.next_response)(
             head_only=exchange.head_only,
             client_http10=exchange.client_http10,
             close_client=exchange.client_http10 or not exchange.client_keep_alive,
-            # The id of the audit lines, as on refusals and the CONNECT 200.
-            id_field=b"X-Egress-Id: %s\r\n" % conn.encode("ascii") if isinstance(conn, str) else b"",
+            id_field=self._id_field,
         )
         self._reused = self._responses > 0
         self._answered = False

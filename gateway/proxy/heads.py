@@ -165,7 +165,7 @@ NOTHING_NAMED: frozenset[bytes] = frozenset()
 # carry one of a few (`keep-alive`, `close`), and splitting one costs 7 k instructions.
 MAX_REMEMBERED_CONNECTION_VALUE_BYTES = 64
 MAX_REMEMBERED_CONNECTION_VALUES = 256
-_NAMED_BY_SHORT_VALUE: BoundedMemo[bytes, frozenset[bytes]] = BoundedMemo(MAX_REMEMBERED_CONNECTION_VALUES)
+NAMED_BY_SHORT_CONNECTION_VALUE: BoundedMemo[bytes, frozenset[bytes]] = BoundedMemo(MAX_REMEMBERED_CONNECTION_VALUES)
 
 
 def named_by_connection(values: list[bytes]) -> frozenset[bytes]:
@@ -173,8 +173,8 @@ def named_by_connection(values: list[bytes]) -> frozenset[bytes]:
     if not values:
         return NOTHING_NAMED
     if len(values) == 1 and len(values[0]) <= MAX_REMEMBERED_CONNECTION_VALUE_BYTES:
-        named = _NAMED_BY_SHORT_VALUE.get(values[0])
-        return named if named is not None else _NAMED_BY_SHORT_VALUE.put(values[0], _named_by_values(values))
+        named = NAMED_BY_SHORT_CONNECTION_VALUE.get(values[0])
+        return named if named is not None else NAMED_BY_SHORT_CONNECTION_VALUE.put(values[0], _named_by_values(values))
     return _named_by_values(values)
 
 

@@ -62,7 +62,11 @@ class UpstreamPool:
 
     def acquire(self, principal: str, target: PinnedTarget) -> UpstreamConnection | None:
         """An idle connection of `principal` to one of the target's vetted addresses (most recently used first)."""
-        for key in self._keys_for(principal, target):
+        # `_keys_for`'s hit, inline: once per request.
+        keys = self._keys.get((principal, target.address_texts, target.name, target.port))
+        if keys is None:
+            keys = self._keys_for(principal, target)
+        for key in keys:
             idle = self._idle.get(key)
             while idle:
                 conn = idle.pop()

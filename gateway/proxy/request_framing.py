@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import httptools
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.memo import BoundedMemo
 from gateway.proxy.heads import (
     FRAMING_FIELDS,
     MAX_HEAD_BYTES,
@@ -79,6 +80,28 @@ RequestEvent = RequestHead | RequestBody | RequestEnd | ConnectHead | Refusal
 _END = RequestEnd()
 
 
+# What a request field's name means to the framing, remembered per name as sent (the bytes alone
+# decide it): lower-casing and comparing each name cost more than noting its field. Bounded: only
+# short names, and the memo starts over when full.
+_OTHER, _AUTHORIZATION, _CONNECTION, _PROXY_CONNECTION, _TRANSFER_ENCODING = range(5)
+_ROLE_OF_LOWERED = {
+    b"proxy-authorization": _AUTHORIZATION,
+    b"connection": _CONNECTION,
+    b"proxy-connection": _PROXY_CONNECTION,
+    b"transfer-encoding": _TRANSFER_ENCODING,
+}
+MAX_REMEMBERED_FIELD_NAME_BYTES = 64
+MAX_REMEMBERED_FIELD_NAMES = 1024
+_REQUEST_FIELD_ROLES: BoundedMemo[bytes, int] = BoundedMemo(MAX_REMEMBERED_FIELD_NAMES)
+
+
+def _learn_request_field_role(name: bytes) -> int:
+    role = _ROLE_OF_LOWERED.get(name.lower(), _OTHER)
+    if len(name) <= MAX_REMEMBERED_FIELD_NAME_BYTES:
+        _REQUEST_FIELD_ROLES.put(name, role)
+    return role
+
+
 class _HeadRefused(Exception):
     """Raised inside an httptools callback to stop parsing; the reason is on the framing."""
 
@@ -96,6 +119,7 @@ class RequestFraming:
         "_in_head",
         "_no_more_requests",
         "_parser",
+        "_proxy_connection",
         "_raw_head_bytes",
         "_refusal",
         "_url",
@@ -110,6 +134,7 @@ class RequestFraming:
         self._authorization: bytes | None = None
         self._chunked = False
         self._connection_values: list[bytes] = []
+        self._proxy_connection = False  # the head has a Proxy-Connection field
         self._raw_head_bytes = 0
         self._head_size = 0
         self._in_head = True
@@ -168,14 +193,8 @@ class RequestFraming:
         raise _HeadRefused
 
     # httptools callbacks ------------------------------------------------------------------------
-    def on_message_begin(self) -> None:
-        self._url = b""
-        self._head_size = 0
-        self._headers = []
-        self._authorization = None
-        self._chunked = False
-        self._in_head = True
-        self._connection_values = []
+    # No `on_message_begin` (a Python call per request): a head's state starts empty, set so by
+    # `__init__` and again once each head is complete, and once each message ends for its size.
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -196,20 +215,29 @@ class RequestFraming:
             self._refuse(GatewayError(ErrorCode.TOO_LARGE, f"more than {MAX_HEADERS} header fields", status=431))
         if self._head_size > MAX_HEAD_BYTES:
             self._refuse(GatewayError(ErrorCode.TOO_LARGE, "the request head is too large", status=431))
-        lowered = name.lower()
-        if lowered == b"proxy-authorization":
+        role = _REQUEST_FIELD_ROLES.get(name)
+        if role is None:
+            role = _learn_request_field_role(name)
+        if role:
+            self._note_field(role, value)
+        headers.append((name, value))
+
+    def _note_field(self, role: int, value: bytes) -> None:
+        """A field the framing acts on (not a call for the others, most of them)."""
+        if role == _AUTHORIZATION:
             if self._authorization is not None:
                 self._refuse(GatewayError(ErrorCode.INVALID_INPUT, "two Proxy-Authorization fields"))
             self._authorization = value
-        elif lowered == b"connection":
+        elif role == _CONNECTION:
             self._connection_values.append(value)
-        elif lowered == b"transfer-encoding":
+        elif role == _PROXY_CONNECTION:
+            self._proxy_connection = True  # llhttp reads its keep-alive as a Connection field's
+        else:  # Transfer-Encoding
             # Only `chunked` alone: any other coding makes the body length ambiguous between us
             # and the origin (request smuggling).
             if value.strip().lower() != b"chunked" or self._chunked:
                 self._refuse(GatewayError(ErrorCode.INVALID_INPUT, "only one Transfer-Encoding: chunked is accepted"))
             self._chunked = True
-        headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         parser = self._parser
@@ -228,6 +256,13 @@ class RequestFraming:
         method = parser.get_method()
         if method == b"CONNECT":
             return  # httptools raises HttpParserUpgrade next; `feed` turns it into a ConnectHead
+        keep_alive = parser.should_keep_alive()
+        # llhttp keeps an HTTP/1.0 (or 0.9, 2.0) request alive only when a Connection or
+        # Proxy-Connection field asks it to: kept alive without either, the request is HTTP/1.1,
+        # and the version string (httptools formats one per call, 2.6 k instructions) is not needed.
+        http10 = (
+            False if keep_alive and not values and not self._proxy_connection else parser.get_http_version() == "1.0"
+        )
         self._events.append(
             RequestHead(
                 method,
@@ -236,16 +271,25 @@ class RequestFraming:
                 self._authorization,
                 named,
                 self._chunked,
-                parser.get_http_version() == "1.0",
-                parser.should_keep_alive(),
+                http10,
+                keep_alive,
             )
         )
+        # The next head starts empty (the lists went into the event).
+        self._url = b""
+        self._headers = []
+        self._authorization = None
+        self._chunked = False
+        self._proxy_connection = False
+        if values:
+            self._connection_values = []
 
     def on_body(self, body: bytes) -> None:
         self._events.append(RequestBody(body))
 
     def on_message_complete(self) -> None:
         self._in_head = True
+        self._head_size = 0  # the next head's (it counted this message's trailers)
         parser = self._parser
         assert parser is not None  # callbacks run inside feed_data
         if parser.get_method() == b"CONNECT":

@@ -20,7 +20,13 @@ import httptools
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
-from gateway.proxy.heads import FRAMING_FIELDS, HOP_BY_HOP, NOTHING_NAMED, named_by_connection
+from gateway.proxy.heads import (
+    FRAMING_FIELDS,
+    HOP_BY_HOP,
+    NAMED_BY_SHORT_CONNECTION_VALUE,
+    NOTHING_NAMED,
+    named_by_connection,
+)
 from gateway.proxy.response_head import MAX_RESPONSE_HEAD_BYTES, ResponseHeadScanner
 
 NO_BODY_STATUSES = frozenset({204, 304})
@@ -33,6 +39,11 @@ _RELAY, _LENGTH, _CHUNKED, _CONNECTION, _DROP, _EGRESS_ID = range(6)  # the firs
 MAX_REMEMBERED_FIELD_NAME_BYTES = 64
 MAX_REMEMBERED_FIELD_NAMES = 1024
 _FIELD_ROLES: BoundedMemo[bytes, int] = BoundedMemo(MAX_REMEMBERED_FIELD_NAMES)
+# The relayed status line of each (status, short reason) an origin sends: formatting bytes parses
+# the format on every call, and origins repeat a handful (`200 OK`).
+MAX_REMEMBERED_REASON_BYTES = 64
+MAX_REMEMBERED_STATUS_LINES = 256
+_STATUS_LINES: BoundedMemo[tuple[int, bytes], bytes] = BoundedMemo(MAX_REMEMBERED_STATUS_LINES)
 
 
 def _field_role(name: bytes) -> int:
@@ -55,6 +66,13 @@ def _learn_field_role(name: bytes) -> int:
     if len(name) <= MAX_REMEMBERED_FIELD_NAME_BYTES:
         _FIELD_ROLES.put(name, role)
     return role
+
+
+def _status_line(status: int, reason: bytes) -> bytes:
+    line = b"HTTP/1.1 %d %b\r\n" % (status, reason)
+    if len(reason) <= MAX_REMEMBERED_REASON_BYTES:
+        _STATUS_LINES.put((status, reason), line)
+    return line
 
 
 def _without_named(lines: list[bytes], named: frozenset[bytes]) -> list[bytes]:
@@ -90,6 +108,7 @@ class ResponseFraming:
         "_scanner",
         "_stalled",
         "_status",
+        "_streaming",
         "_upstream_chunked",
         "body_bytes",
         "close_client",
@@ -99,6 +118,12 @@ class ResponseFraming:
         "reusable",
         "status",
     )
+
+    # Declared here: `next_response` sets them again before `_start` in this file.
+    _streaming: bool
+    _out: list[bytes]
+    reusable: bool
+    _at_boundary: bool
 
     def __init__(self, *, head_only: bool, client_http10: bool, close_client: bool, id_field: bytes = b"") -> None:
         self._parser = httptools.HttpResponseParser(self)
@@ -116,7 +141,22 @@ class ResponseFraming:
             return ResponseFraming(
                 head_only=head_only, client_http10=client_http10, close_client=close_client, id_field=id_field
             )
-        self._start(head_only, client_http10, close_client, id_field)
+        # `_start`, less what a response that ended at the boundary and left the connection
+        # reusable already holds as a fresh framing would: no failure, no stall (a completing read
+        # resets it), not close-delimited (such a body never reaches the boundary), and the state
+        # of a head, which `on_message_begin` and `on_headers_complete` set before it is read.
+        self._head_only = head_only
+        self._id_field = id_field
+        self._client_http10 = client_http10
+        self.close_client = close_client
+        self._scanner.restart()  # the same scanner: its caps count from zero for each exchange
+        self._streaming = False
+        self._out = []
+        self.head_sent = False
+        self.complete = False
+        self.body_bytes = 0
+        self.status = 0
+        self._at_boundary = False
         return self
 
     def _start(self, head_only: bool, client_http10: bool, close_client: bool, id_field: bytes) -> None:
@@ -127,9 +167,10 @@ class ResponseFraming:
         # An HTTP/1.0 client, or one that asked to close, is told so in the final response head.
         self.close_client = close_client
         # Until the final head has been parsed, heads are cut out of the stream on raw bytes
-        # (caps counted before llhttp sees a fragment); None once the body is streaming.
-        self._scanner: ResponseHeadScanner | None = ResponseHeadScanner()
-        self._out: list[bytes] = []
+        # (caps counted before llhttp sees a fragment); then the body is streaming.
+        self._scanner = ResponseHeadScanner()
+        self._streaming = False
+        self._out = []
         # The head being parsed: its relayed field lines (name, ": ", value, CRLF, ...), its
         # Connection values, and whether it framed its body.
         self._lines: list[bytes] = []
@@ -151,23 +192,59 @@ class ResponseFraming:
         self._at_boundary = False  # llhttp has seen the final response end: it may parse the next
 
     # the owner's interface ----------------------------------------------------------------------
-    def feed(self, data: bytes) -> None:
-        """Upstream bytes. Raises GatewayError when the response cannot be relayed as framed."""
+    def feed(self, data: bytes) -> bytes:
+        """Upstream bytes; returns the bytes owed to the client so far, as `take_output` does (one
+        call per read instead of two). Raises GatewayError when the response cannot be relayed as
+        framed; what was owed before the failure stays for `take_output`."""
         if self.complete:
             self.reusable = False  # bytes nobody asked for: the connection's framing is lost
-            return
+            return b""
         try:
-            self._feed(data)
+            # Heads are cut out on raw bytes until the final one is parsed, then the body streams.
+            # Inline, not a method: once per upstream read.
+            parser = self._parser
+            rest: bytes | memoryview = data
+            # Streaming once the final head was parsed (`rest` copied below only after a 1xx).
+            while not self._streaming:
+                taken = self._scanner.take_head(rest if isinstance(rest, bytes) else rest.tobytes())
+                if taken is None:
+                    rest = b""
+                    break
+                head, rest = taken
+                parser.feed_data(head)
+                if not rest:
+                    break
+            if rest:
+                progress = self._progress
+                parser.feed_data(rest)
+                if self._progress != progress or self.complete:
+                    self._stalled = 0
+                else:
+                    # A read with no body byte in it: chunk framing or a trailer section. llhttp
+                    # buffers neither, but httptools joins a trailer field's fragments
+                    # quadratically: bound it.
+                    self._stalled += len(rest)
+                    if self._stalled > MAX_RESPONSE_HEAD_BYTES:
+                        raise GatewayError(
+                            ErrorCode.TOO_LARGE,
+                            f"the upstream's chunk framing or trailers exceed {MAX_RESPONSE_HEAD_BYTES} bytes",
+                        )
         except (httptools.HttpParserError, httptools.HttpParserUpgrade):
             if self._failure is None and self.complete:
                 # After the complete response (an injected second head, a stray byte): dropped.
                 self.reusable = False
-                return
+                return self.take_output()
             self.reusable = False
             raise self._failure or GatewayError(ErrorCode.CONNECT_FAILURE, MALFORMED) from None
         except GatewayError:
             self.reusable = False
             raise
+        out = self._out
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        return data
 
     def take_output(self) -> bytes:
         """The bytes owed to the client so far (head and body coalesced into one write)."""
@@ -187,32 +264,6 @@ class ResponseFraming:
         return False
 
     # parsing ------------------------------------------------------------------------------------
-    def _feed(self, data: bytes) -> None:
-        parser = self._parser
-        scanner = self._scanner
-        rest: bytes | memoryview = data
-        while scanner is not None:
-            taken = scanner.take_head(rest if isinstance(rest, bytes) else rest.tobytes())
-            if taken is None:
-                return
-            head, rest = taken
-            parser.feed_data(head)
-            scanner = self._scanner  # None once the final head was parsed (copied above only after a 1xx)
-            if not rest:
-                return
-        progress = self._progress
-        parser.feed_data(rest)
-        if self._progress != progress or self.complete:
-            self._stalled = 0
-            return
-        # A read with no body byte in it: chunk framing or a trailer section. llhttp buffers
-        # neither, but httptools joins a trailer field's fragments quadratically: bound it.
-        self._stalled += len(rest)
-        if self._stalled > MAX_RESPONSE_HEAD_BYTES:
-            raise GatewayError(
-                ErrorCode.TOO_LARGE, f"the upstream's chunk framing or trailers exceed {MAX_RESPONSE_HEAD_BYTES} bytes"
-            )
-
     # httptools callbacks ------------------------------------------------------------------------
     def on_message_begin(self) -> None:
         if self.complete:
@@ -229,7 +280,7 @@ class ResponseFraming:
     def on_header(self, name: bytes, value: bytes) -> None:
         # One pass: framing facts noted, hop-by-hop and Proxy-* fields dropped, the rest kept as
         # wire lines.
-        if self._scanner is None:
+        if self._streaming:
             return  # a trailer field: never merged into the head the client already has
         role = _FIELD_ROLES.get(name)
         if role is None:
@@ -247,16 +298,25 @@ class ResponseFraming:
         parser = self._parser
         status = parser.get_status_code()
         self._status = status
-        connection_values = self._connection_values
-        named = named_by_connection(connection_values) if connection_values else NOTHING_NAMED
-        if status == 101 or named:
+        values = self._connection_values
+        # `named_by_connection`'s remembered answer first, inline: nearly every response has one
+        # short Connection value (`keep-alive`).
+        named = (
+            (len(values) == 1 and NAMED_BY_SHORT_CONNECTION_VALUE.get(values[0])) or named_by_connection(values)
+            if values
+            else NOTHING_NAMED
+        )
+        if status == 101 or (named and not FRAMING_FIELDS.isdisjoint(named)):
             self._refuse_unframeable(status, named)
         informational = status < 200
         if not informational:
-            self._scanner = None  # the body follows; trailers, if any, are dropped
+            self._streaming = True  # the body follows; trailers, if any, are dropped
         elif self._client_http10:
             return  # RFC 9110 section 15.2: no interim response to an HTTP/1.0 client
-        kept = [b"HTTP/1.1 %d %b\r\n" % (status, self._reason)]
+        reason = self._reason
+        # The head's pieces go straight into the output: one join for head and body.
+        kept = self._out
+        kept.append(_STATUS_LINES.get((status, reason)) or _status_line(status, reason))
         # The fields a Connection field names are hop-by-hop too (RFC 9110 section 7.6.1).
         kept += self._lines if named <= HOP_BY_HOP else _without_named(self._lines, named)
         if not parser.should_keep_alive():
@@ -276,7 +336,6 @@ class ResponseFraming:
         if self.close_client and not informational:
             kept.append(b"Connection: close\r\n")
         kept.append(b"\r\n")
-        self._out.append(b"".join(kept))
         if not informational:
             self.head_sent = True
             self.status = status
@@ -290,12 +349,11 @@ class ResponseFraming:
             # hand the client a stream the proxy no longer frames.
             self._failure = GatewayError(ErrorCode.CONNECT_FAILURE, "the upstream switched protocols unasked (101)")
             raise _StopParsing
-        if named & FRAMING_FIELDS:
-            # Framing fields are never hop-by-hop: stripping them would re-frame the body differently.
-            self._failure = GatewayError(
-                ErrorCode.CONNECT_FAILURE, "the upstream response's Connection field names a framing header"
-            )
-            raise _StopParsing
+        # Framing fields are never hop-by-hop: stripping them would re-frame the body differently.
+        self._failure = GatewayError(
+            ErrorCode.CONNECT_FAILURE, "the upstream response's Connection field names a framing header"
+        )
+        raise _StopParsing
 
     def on_body(self, body: bytes) -> None:
         self._progress += 1
@@ -315,7 +373,11 @@ class ResponseFraming:
         self._progress += 1
         if self._status < 200:
             return  # an interim response; the final one follows on the same parser
-        self._finish_message()
+        # `_finish_message`, inline: once per response.
+        if not self.complete:
+            if self._chunk_to_client:
+                self._out.append(b"0\r\n\r\n")
+            self.complete = True
         self._at_boundary = True
 
     def _finish_message(self) -> None:

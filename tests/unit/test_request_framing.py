@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 
+import httptools
 import pytest
 
 from gateway.errors import ErrorCode
@@ -202,3 +203,41 @@ def test_a_framing_done_parsing_leaves_no_reference_cycle(data: bytes) -> None:
         gc.garbage.clear()
         gc.enable()
     assert left == []
+
+
+@pytest.mark.parametrize(
+    "version_and_fields",
+    [
+        b"HTTP/1.1\r\n",
+        b"HTTP/1.1\r\nConnection: close\r\n",
+        b"HTTP/1.1\r\nConnection: keep-alive\r\n",
+        b"HTTP/1.1\r\nProxy-Connection: close\r\n",
+        b"HTTP/1.0\r\n",
+        b"HTTP/1.0\r\nConnection: keep-alive\r\n",
+        b"HTTP/1.0\r\nConnection: Keep-Alive, x-a\r\nX-A: 1\r\n",
+        b"HTTP/1.0\r\nProxy-Connection: keep-alive\r\n",
+        b"HTTP/1.0\r\nPROXY-CONNECTION: Keep-Alive\r\n",
+        b"HTTP/1.0\r\nKeep-Alive: 1\r\n",
+        b"HTTP/2.0\r\n",
+        b"HTTP/0.9\r\n",
+    ],
+)
+def test_http10_and_keep_alive_are_what_llhttp_reads_s9_3(version_and_fields: bytes) -> None:
+    # The framing infers HTTP/1.1 from a kept-alive request with no Connection or Proxy-Connection
+    # field instead of asking for the version: both must agree with llhttp's own answers (for a
+    # second, pipelined head too, after the first one's fields).
+    request = b"GET http://a.example.org/ " + version_and_fields + b"Host: a.example.org\r\n\r\n"
+
+    class Answers:
+        version = ""
+        keep_alive = False
+
+        def on_headers_complete(self) -> None:
+            self.version, self.keep_alive = parser.get_http_version(), parser.should_keep_alive()
+
+    answers = Answers()
+    parser = httptools.HttpRequestParser(answers)
+    parser.feed_data(request)
+    heads = [event for event in events_of(request + request) if isinstance(event, RequestHead)]
+    assert heads
+    assert all((head.http10, head.keep_alive) == (answers.version == "1.0", answers.keep_alive) for head in heads)

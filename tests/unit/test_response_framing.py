@@ -15,6 +15,7 @@ import pytest
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.heads import HOP_BY_HOP
 from gateway.proxy.response_framing import ResponseFraming
+from gateway.proxy.response_head import MAX_INTERIM_RESPONSES, MAX_RESPONSE_HEADERS
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,8 @@ def relay(
     framing = ResponseFraming(head_only=head_only, client_http10=http10, close_client=close_client or http10)
     output = b""
     for start in range(0, len(response), read_size):
-        framing.feed(response[start : start + read_size])
-        output += framing.take_output()
+        output += framing.feed(response[start : start + read_size])
+        assert framing.take_output() == b""  # `feed` returned all it owed
     if upstream_closes:
         framing.end_of_stream()
         output += framing.take_output()
@@ -221,10 +222,9 @@ def test_the_final_head_names_the_gateways_id_and_never_the_origins() -> None:
     framing = ResponseFraming(
         head_only=False, client_http10=False, close_client=False, id_field=b"X-Egress-Id: c-1\r\n"
     )
-    framing.feed(
+    interim, final = framing.feed(
         b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\nX-Egress-Id: forged\r\nContent-Length: 2\r\n\r\nno"
-    )
-    interim, final = framing.take_output().split(b"\r\n\r\n", 1)
+    ).split(b"\r\n\r\n", 1)
     assert b"X-Egress-Id" not in interim
     assert final.count(b"X-Egress-Id") == 1
     assert b"X-Egress-Id: c-1\r\n" in final
@@ -288,8 +288,7 @@ def _head_field_by_field(head: bytes, id_field: bytes) -> bytes:
 def test_the_relayed_head_is_the_one_built_field_by_field(fields: bytes, id_field: bytes) -> None:
     head = b"HTTP/1.1 200 Fine: yes\r\n" + fields + b"Content-Length: 0\r\n\r\n"
     framing = ResponseFraming(head_only=False, client_http10=False, close_client=False, id_field=id_field)
-    framing.feed(head)
-    assert framing.take_output() == _head_field_by_field(head, id_field)
+    assert framing.feed(head) == _head_field_by_field(head, id_field)
 
 
 def test_the_next_response_on_a_connection_is_framed_as_on_a_fresh_one() -> None:
@@ -316,12 +315,34 @@ def test_the_next_response_on_a_connection_is_framed_as_on_a_fresh_one() -> None
                 head_only=head_only, client_http10=False, close_client=False, id_field=b"X: c\r\n"
             )
         fresh = ResponseFraming(head_only=head_only, client_http10=False, close_client=False, id_field=b"X: c\r\n")
-        framing.feed(response)
-        fresh.feed(response)
-        assert (framing.take_output(), framing.complete, framing.reusable, framing.status) == (
-            fresh.take_output(),
+        assert (framing.feed(response), framing.complete, framing.reusable, framing.status) == (
+            fresh.feed(response),
             fresh.complete,
             fresh.reusable,
             fresh.status,
         )
         assert framing.complete
+
+
+def test_remembered_status_lines_keep_each_reason_phrase() -> None:
+    # The status line is remembered per (status, reason): a second reason for the same status, or
+    # a reason too long to remember, is relayed as sent.
+    long_reason = b"R" * 100
+    for reason in [b"OK", b"Fine", b"OK", long_reason, long_reason, b""]:
+        framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
+        head = b"HTTP/1.1 200 " + reason + b"\r\nContent-Length: 0\r\n\r\n"
+        assert framing.feed(head) == _head_field_by_field(head, b"")
+
+
+def test_the_head_caps_count_per_response_on_a_reused_framing() -> None:
+    # A pooled connection's framing (and its head scanner) serves response after response: each
+    # response's heads are counted from zero, so a long-lived connection never reaches a cap that
+    # one response alone stays under.
+    fields = b"".join(b"X-%d: %s\r\n" % (index, b"v" * 400) for index in range(MAX_RESPONSE_HEADERS - 1))
+    response = b"HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 200 OK\r\n" + fields + b"Content-Length: 0\r\n\r\n"
+    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
+    for _ in range(MAX_INTERIM_RESPONSES + 2):
+        framing = framing.next_response(head_only=False, client_http10=False, close_client=False)
+        framing.feed(response)
+        assert framing.complete
+        assert framing.reusable
