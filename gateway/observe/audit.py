@@ -38,9 +38,16 @@ import orjson
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
-from gateway.observe.audit_members import DecidedTarget, TunnelTarget, close_members, json_members
+from gateway.observe.audit_members import (
+    ConnectionFields,
+    DecidedTarget,
+    TunnelTarget,
+    close_members,
+    json_members,
+)
 from gateway.observe.audit_repeats import DEFAULT_AGGREGATE_S, DenialAggregator
 from gateway.observe.audit_sink import AuditSink
+from gateway.observe.loop_metrics import CounterChild
 from gateway.observe.verdicts import outcome_for_close, outcome_for_code, rule_for_code, verdict_of_failure
 
 log = logging.getLogger("egress_gateway.audit")
@@ -55,39 +62,43 @@ MAX_RETAINED_LINES = 10_000
 RETRY_INTERVAL_S = 1.0
 # Decisions whose close-line members are kept serialized; cleared when full.
 MAX_PREPARED_TARGETS = 4096
+# Upstream addresses and (kind, close reason) pairs whose close-line members are kept serialized.
+MAX_PREPARED_ADDRESSES = 4096
+MAX_PREPARED_CLOSINGS = 256
 
 
 class _Clock:
     """RFC 3339 UTC timestamps; the seconds part is formatted once per second."""
 
-    __slots__ = ("_line_format", "_second", "_text", "_time_format")
+    # `second` and `line_format` are read by `AuditLog.write_members` without a call.
+    __slots__ = ("_text", "_time_format", "line_format", "second")
 
     def __init__(self) -> None:
-        self._second = -1
+        self.second = -1
         self._text = ""
-        self._line_format = b""
+        self.line_format = b""
         self._time_format = ""
 
-    def _tick(self, second: int) -> None:
-        self._second = second
+    def tick(self, second: int) -> None:
+        self.second = second
         self._text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         # Everything a line starts with but the microseconds, as one bytes format: one
         # substitution per line instead of three.
-        self._line_format = b'{"time":"%s.%%06dZ","schema":%d,' % (self._text.encode("ascii"), SCHEMA_VERSION)
+        self.line_format = b'{"time":"%s.%%06dZ","schema":%d,' % (self._text.encode("ascii"), SCHEMA_VERSION)
         self._time_format = self._text + ".%06dZ"
 
     def timestamp(self, now: float) -> str:
         second = int(now)
-        if second != self._second:
-            self._tick(second)
+        if second != self.second:
+            self.tick(second)
         return self._time_format % int((now - second) * 1_000_000)
 
     def line_start(self, now: float) -> bytes:
-        """`{"time":"…","schema":N,` — the start every line shares, as bytes (the hot path)."""
+        """`{"time":"…","schema":N,` — the start every line shares, as bytes."""
         second = int(now)
-        if second != self._second:
-            self._tick(second)
-        return self._line_format % int((now - second) * 1_000_000)
+        if second != self.second:
+            self.tick(second)
+        return self.line_format % int((now - second) * 1_000_000)
 
 
 _CLOCK = _Clock()
@@ -108,11 +119,28 @@ def client_fields(peer: object) -> dict[str, Any]:
     return {}
 
 
-def connection_fields(peer: object) -> dict[str, Any]:
-    """A new client connection's audit fields: its `conn` id, then `client_fields(peer)`, in one dict."""
+def connection_fields(peer: object) -> ConnectionFields:
+    """A new client connection's audit fields: its `conn` id, then `client_fields(peer)`, with
+    their members serialized for every line of the connection."""
+    conn = f"{_PROCESS_TAG}-{next(_SEQUENCE):x}"  # `new_connection_id()` without its call
     if isinstance(peer, tuple) and len(peer) >= 2:
-        return {"conn": new_connection_id(), "client_ip": str(peer[0]), "client_port": int(peer[1])}
-    return {"conn": new_connection_id()}
+        fields = ConnectionFields(conn=conn, client_ip=str(peer[0]), client_port=int(peer[1]))
+    else:
+        fields = ConnectionFields(conn=conn)
+    # orjson serializes the dict subclass as the dict it is.
+    fields.members = b"," + orjson.dumps(fields)[1:-1]
+    return fields
+
+
+def client_members(client: Mapping[str, Any], *, drop_none: bool) -> bytes:
+    """A connection's audit fields as members with a leading comma (b"" for none): the bytes
+    `ConnectionFields` keeps, for the callers whose fields are a plain dict. A close line leaves
+    a None out (`drop_none`), an allow line writes it as null, as the lines built from a dict do."""
+    if type(client) is ConnectionFields:
+        return client.members
+    if drop_none and None in client.values():
+        client = {key: value for key, value in client.items() if value is not None}
+    return b"," + json_members(client) if client else b""
 
 
 def new_connection_id() -> str:
@@ -147,8 +175,13 @@ class AuditLog:
         self._refusal: GatewayError | None = None
         self._dropped = 0
         self._repeats = DenialAggregator(aggregate_s, self.write)
-        # Close lines count their outcome once per tunnel: labels() sorts and locks on every call.
-        self._close_outcomes: dict[tuple[str, str], Any] = {}
+        # Per (kind, close reason): the outcome, its counter, and the close line's `close_reason`
+        # and `outcome` members, serialized with a leading comma (`_closing`).
+        self._closings: BoundedMemo[tuple[str, str], tuple[str, CounterChild, bytes]] = BoundedMemo(
+            MAX_PREPARED_CLOSINGS
+        )
+        # A close line's `address` member per upstream address, with a leading comma.
+        self._address_members: BoundedMemo[str, bytes] = BoundedMemo(MAX_PREPARED_ADDRESSES)
         # Per (kind, target): the target, its principal, and a close line's members that only
         # depend on them (`tunnel_closed`). The target is held so its id is not reused meanwhile.
         self._close_parts: BoundedMemo[tuple[str, int], tuple[TunnelTarget, str, bytes, bytes]] = BoundedMemo(
@@ -187,12 +220,30 @@ class AuditLog:
         now = record.pop("ts", None)
         self._append_record(record, now if isinstance(now, float) else time.time())
 
-    def write_members(self, members: bytes) -> None:
+    def write_members(self, members: bytes, *more: bytes) -> None:
         """A line from members already serialized (`json_members` parts joined by b","), `event`
-        first: the bytes `write_record` writes for the same fields."""
+        first, then `more` (each empty or with its leading comma): the bytes `write_record`
+        writes for the same fields."""
         if self._sink is None:
             return
-        self._append_line(_CLOCK.line_start(time.time()) + members + b"}\n")
+        # `line_start` without its call: every proxy line comes through here, two per tunnel and
+        # two per forwarded request.
+        now = time.time()
+        second = int(now)
+        clock = _CLOCK
+        if second != clock.second:
+            clock.tick(second)
+        line = b"".join((clock.line_format % int((now - second) * 1_000_000), members, *more, b"}\n"))
+        # `_append_line` without its call while the log is writable (the same steps).
+        if self._failure is not None:
+            self._append_line(line)
+            return
+        pending = self._pending
+        pending.append(line)
+        if len(pending) == 1:
+            self._schedule_flush()
+        elif len(pending) >= MAX_PENDING_LINES:
+            self.flush()
 
     def _append_record(self, record: dict[str, Any], now: float) -> None:
         # orjson's output loses its opening brace to the shared start (`line_start`).
@@ -209,12 +260,20 @@ class AuditLog:
         if self._failure is not None:
             return  # the retry timer writes them
         if len(pending) == 1:
-            try:
-                self._timer = asyncio.get_running_loop().call_later(FLUSH_INTERVAL_S, self.flush)
-            except RuntimeError:
-                self.flush()
+            self._schedule_flush()
         elif len(pending) >= MAX_PENDING_LINES:
             self.flush()
+
+    def _schedule_flush(self) -> None:
+        try:
+            self._timer = asyncio.get_running_loop().call_later(FLUSH_INTERVAL_S, self._flush_due)
+        except RuntimeError:
+            self.flush()
+
+    def _flush_due(self) -> None:
+        # The timer has fired: nothing to cancel.
+        self._timer = None
+        self.flush()
 
     def flush(self) -> None:
         if self._timer is not None:
@@ -331,15 +390,15 @@ class AuditLog:
         # The fields as they are, not spread into a second keyword dict.
         self._write_fields("decision", fields)
 
-    def _count_close(self, kind: str, reason: str) -> str:
-        """Count a close line's outcome (through a remembered counter child: `labels()` sorts and
-        locks on every call) and return it."""
-        outcome = outcome_for_close(reason)
-        counter = self._close_outcomes.get((kind, outcome))
-        if counter is None:
-            counter = self._close_outcomes[(kind, outcome)] = metrics.OUTCOMES.labels(kind, outcome)
-        counter.inc()
-        return outcome
+    def _closing(self, kind: str, reason: str) -> tuple[str, CounterChild, bytes]:
+        """A close reason's outcome, its counter child (`labels()` per line costs a key tuple and
+        a lookup), and the `close_reason` and `outcome` members with a leading comma."""
+        closing = self._closings.get((kind, reason))
+        if closing is None:
+            outcome = outcome_for_close(reason)
+            members = b"," + json_members({"close_reason": reason, "outcome": outcome})
+            closing = self._closings.put((kind, reason), (outcome, metrics.OUTCOMES.labels(kind, outcome), members))
+        return closing
 
     def connection_closed(
         self,
@@ -357,7 +416,8 @@ class AuditLog:
     ) -> None:
         """The close line of a tunnel or a forwarded request: the proxy writes one per connection.
         With `target`, it repeats the generation and rule it was allowed under."""
-        outcome = self._count_close(kind, reason)
+        outcome, counter, _ = self._closing(kind, reason)
+        counter.value += 1
         if self._sink is None:
             return
         record = {
@@ -399,41 +459,38 @@ class AuditLog:
         bytes_down: int,
         duration_s: float,
         reason: str,
-        request: Mapping[str, Any] | None = None,
+        request: bytes = b"",
     ) -> None:
         """A tunnel's (or forwarded request's) close line: the bytes `connection_closed(host=target.name,
-        port=target.port, target=target, **request, address=address, **client)` writes (`request` has
-        no None), the members every line of a decision shares serialized once per decision."""
-        outcome = self._count_close(kind, reason)
+        port=target.port, target=target, **request, address=address, **client)` writes, `request`
+        being a forwarded request's members serialized (with a leading comma); the members every
+        line of a decision shares are serialized once per decision, a connection's once per
+        connection (`ConnectionFields`)."""
+        closing = self._closings.get((kind, reason)) or self._closing(kind, reason)
+        # The counter child's own field: `inc()` would be one more call per line.
+        closing[1].value += 1
         if self._sink is None:
             return
         key = (kind, id(target))
         parts = self._close_parts.get(key)
         if parts is None or parts[0] is not target or parts[1] != principal:
             parts = self._close_parts.put(key, (target, principal, *close_members(kind, principal, target)))
-        counts = {
-            "bytes_up": bytes_up,
-            "bytes_down": bytes_down,
-            "duration_s": round(duration_s * 1e6) / 1e6,
-            "close_reason": reason,
-            "outcome": outcome,
-        }
-        if None in client.values():
-            client = {key: value for key, value in client.items() if value is not None}
-        self._append_line(
-            b"".join(
-                (
-                    _CLOCK.line_start(time.time()),
-                    parts[2],
-                    b",",
-                    json_members(counts),
-                    parts[3],
-                    b"," + json_members(request) if request else b"",
-                    b',"address":' + orjson.dumps(address, default=str) if address is not None else b"",
-                    b"," + json_members(client) if client else b"",
-                    b"}\n",
-                )
+        if address is None:
+            address_member = b""
+        else:
+            address_member = self._address_members.get(address) or self._address_members.put(
+                address, b',"address":' + orjson.dumps(address, default=str)
             )
+        self.write_members(
+            parts[2],
+            b',"bytes_up":%d,"bytes_down":%d,"duration_s":' % (bytes_up, bytes_down),
+            # Microseconds; round(x, 6) would format and parse a decimal string for the same value.
+            orjson.dumps(round(duration_s * 1e6) / 1e6),
+            closing[2],
+            parts[3],
+            request,
+            address_member,
+            client.members if type(client) is ConnectionFields else client_members(client, drop_none=True),
         )
 
     def never_opened(

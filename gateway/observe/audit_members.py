@@ -1,10 +1,11 @@
 """Members of audit lines serialized once: the part of a line that repeats from line to line.
 
 Owns the bytes form of what `audit.AuditLog` writes on the proxy's hot path: a dict's members
-without its braces (`json_members`), and the members of a tunnel's close line that depend only on
-its decision (`close_members`), in the order `AuditLog.connection_closed` writes them, so a line
-joined from them is byte for byte the line built from a dict. Never writes a line itself, never
-decides which fields a line has beyond that order.
+without its braces (`json_members`), a client connection's fields with their members serialized
+when the connection is accepted (`ConnectionFields`), and the members of a tunnel's close line that
+depend only on its decision (`close_members`), in the order `AuditLog.connection_closed` writes
+them, so a line joined from them is byte for byte the line built from a dict. Never writes a line
+itself, never decides which fields a line has beyond that order.
 """
 
 from __future__ import annotations
@@ -36,6 +37,19 @@ class TunnelTarget(DecidedTarget, Protocol):
 
     @property
     def port(self) -> int: ...
+
+
+class ConnectionFields(dict[str, Any]):
+    """A client connection's audit fields (`conn`, `client_ip`, `client_port`, none of them None)
+    and, in `members`, the same fields serialized with a leading comma: every line of the
+    connection (a tunnel's two, a keep-alive connection's two per request) joins these bytes
+    instead of serializing the dict again. Never changed after it is built (the members would
+    no longer be its fields)."""
+
+    # Set by `audit.connection_fields`, which builds it with dict's own constructor (an
+    # `__init__` of ours would be one Python call more per connection).
+    __slots__ = ("members",)
+    members: bytes
 
 
 def json_members(fields: Mapping[str, Any]) -> bytes:

@@ -44,13 +44,16 @@ class AuditSink:
             if self.max_bytes and self._size and self._size + len(data) > self.max_bytes:
                 self.rotate()
         start = self._size
-        view = memoryview(data)
         try:
-            while view:
-                written = os.write(self._fd, view)
-                if written <= 0:
-                    raise OSError("the audit destination accepted no bytes")
-                view = view[written:]
+            written = os.write(self._fd, data)
+            if written != len(data):
+                # A short write (a pipe, a signal): the rest, without copying what is left.
+                view = memoryview(data)[written:]
+                while view:
+                    written = os.write(self._fd, view)
+                    if written <= 0:
+                        raise OSError("the audit destination accepted no bytes")
+                    view = view[written:]
         except OSError:
             # A partial line would break every JSON-lines reader after it: cut back to the last
             # complete line (a pipe cannot be cut; a failed write to one is whole or nothing).

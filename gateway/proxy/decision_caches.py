@@ -20,8 +20,8 @@ from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog
-from gateway.observe.audit_members import json_members
+from gateway.observe.audit import AuditLog, client_members
+from gateway.observe.audit_members import ConnectionFields, json_members
 from gateway.observe.loop_metrics import CounterChild
 from gateway.observe.verdicts import rule_for_code, verdict_of_failure
 from gateway.policy.decide import authenticate
@@ -41,6 +41,9 @@ MAX_CACHED_HOSTS = 4096
 MAX_CACHED_TARGETS = 4096
 # Longer request targets are parsed every time: the cache must stay small (4096 entries of at most 512 B).
 MAX_CACHED_URL_BYTES = 512
+# (method, path[, status]) whose audit members are kept serialized; paths longer than the URL
+# bound are serialized every time, as their targets are parsed every time.
+MAX_CACHED_REQUEST_MEMBERS = 4096
 
 _FORWARD_UP = metrics.HTTP_FORWARD_BYTES.labels("upstream")
 _FORWARD_DOWN = metrics.HTTP_FORWARD_BYTES.labels("downstream")
@@ -75,6 +78,12 @@ class ProxyDecisions:
         # members before the client's, serialized (`record_allow`).
         self._allow_members: BoundedMemo[tuple[str, int], tuple[PinnedTarget, str, CounterChild, bytes]] = BoundedMemo(
             MAX_CACHED_TARGETS
+        )
+        # A plain HTTP request's members with a leading comma: an allow line's `method`, `path`
+        # per (method, path), a close line's `method`, `path`, `status` per (method, path, status).
+        self._allow_requests: BoundedMemo[tuple[str, str | None], bytes] = BoundedMemo(MAX_CACHED_REQUEST_MEMBERS)
+        self._close_requests: BoundedMemo[tuple[bytes, str | None, int], bytes] = BoundedMemo(
+            MAX_CACHED_REQUEST_MEMBERS
         )
 
     def principal_for(self, loaded: LoadedPolicy, authorization: bytes | None) -> Principal:
@@ -146,16 +155,16 @@ class ProxyDecisions:
         """The close audit line of a forwarded request (none for a request that was never allowed)."""
         target = exchange.target
         if target is not None:
-            _FORWARD_UP.inc(exchange.bytes_up)
-            _FORWARD_DOWN.inc(exchange.bytes_down)
+            # The counter children's own field: `inc()` would be one more call each.
+            _FORWARD_UP.value += exchange.bytes_up
+            _FORWARD_DOWN.value += exchange.bytes_down
             upstream = exchange.upstream
+            key = (exchange.method, exchange.audit_path, exchange.status)
+            request = self._close_requests.get(key)
+            if request is None:
+                request = self._close_request(key)
             # The tunnel's close line with the request's members before the address: the members
             # every line of this decision shares are serialized once, not built into a dict per request.
-            request: dict[str, Any] = {"method": self.method_name(exchange.method)}
-            if exchange.audit_path is not None:
-                request["path"] = exchange.audit_path
-            if exchange.status:
-                request["status"] = exchange.status
             self.audit.tunnel_closed(
                 self.kind_override or "http",
                 exchange.principal,
@@ -168,6 +177,19 @@ class ProxyDecisions:
                 reason=reason,
                 request=request,
             )
+
+    def _close_request(self, key: tuple[bytes, str | None, int]) -> bytes:
+        """A close line's `method`, `path` (when audited) and `status` (when one came), serialized."""
+        method, path, status = key
+        request: dict[str, Any] = {"method": self.method_name(method)}
+        if path is not None:
+            request["path"] = path
+        if status:
+            request["status"] = status
+        members = b"," + json_members(request)
+        if path is None or len(path) <= MAX_CACHED_URL_BYTES:
+            self._close_requests.put(key, members)
+        return members
 
     def count_decision(self, kind: str, decision: str, code: str) -> None:
         self._decision_counter(self.kind_override or kind, decision, code).inc()
@@ -201,19 +223,33 @@ class ProxyDecisions:
         if prepared is None or prepared[0] is not target or prepared[1] != principal.name:
             counter, record = self._allow_line(kind, principal, target)
             prepared = self._allow_members.put(key, (target, principal.name, counter, json_members(record)))
-        prepared[2].inc()
-        rest = client
-        if method is not None or path is not None or original_dst is not None:
-            rest = {}
+        # The counter child's own field: `inc()` would be one more call per line.
+        prepared[2].value += 1
+        client_part = (
+            client.members if type(client) is ConnectionFields else client_members(client or {}, drop_none=False)
+        )
+        if method is not None and original_dst is None:
+            request = self._allow_requests.get((method, path)) or self._allow_request(method, path)
+            self.audit.write_members(prepared[3], request, client_part)
+        elif path is not None or original_dst is not None:
+            rest: dict[str, Any] = {}
             if method is not None:
                 rest["method"] = method
             if path is not None:
                 rest["path"] = path
             if original_dst is not None:
                 rest["original_dst"] = original_dst
-            if client:
-                rest.update(client)
-        self.audit.write_members(prepared[3] + b"," + json_members(rest) if rest else prepared[3])
+            self.audit.write_members(prepared[3], b"," + json_members(rest), client_part)
+        else:
+            self.audit.write_members(prepared[3], client_part)
+
+    def _allow_request(self, method: str, path: str | None) -> bytes:
+        """A plain HTTP allow line's `method` and `path` (when audited), serialized."""
+        request = {"method": method} if path is None else {"method": method, "path": path}
+        members = b"," + json_members(request)
+        if path is None or len(path) <= MAX_CACHED_URL_BYTES:
+            self._allow_requests.put((method, path), members)
+        return members
 
     def _allow_line(self, kind: str, principal: Principal, target: PinnedTarget) -> tuple[CounterChild, dict[str, Any]]:
         """The decision count and the members of an allow line up to `rule_pattern`."""

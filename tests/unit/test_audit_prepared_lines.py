@@ -12,7 +12,7 @@ import pytest
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog, new_connection_id
+from gateway.observe.audit import AuditLog, connection_fields, new_connection_id
 from gateway.policy.model import Principal
 from gateway.proxy.decision_caches import ProxyDecisions
 from gateway.proxy.exchange import ClientSide, ForwardExchange
@@ -49,6 +49,10 @@ TARGETS = [
 ]
 CLIENTS = [
     pytest.param(CLIENT, id="client-known"),
+    # As the proxy's connections build them: the members serialized once per connection.
+    pytest.param(connection_fields(("127.0.0.9", 40123)), id="connection-fields"),
+    pytest.param(connection_fields(("::1", 40123, 0, 0)), id="connection-fields-ipv6"),
+    pytest.param(connection_fields(None), id="connection-fields-no-peer"),
     pytest.param({}, id="no-client"),
     pytest.param({"conn": "x-1", "client_ip": None}, id="client-with-a-none"),
 ]
@@ -78,6 +82,36 @@ def test_a_tunnels_close_line_is_the_generic_close_line(
     prepared, again, generic = _bodies(path)
     assert prepared == generic
     assert again == generic
+
+
+def test_close_lines_take_their_own_reason_outcome_and_address_and_count_each_outcome(tmp_path: Path) -> None:
+    path = tmp_path / "audit.log"
+    audit = AuditLog(str(path))
+    target = _target()
+    closes = [("client_closed", "127.0.0.3"), ("idle_timeout", "::1"), ("client_closed", None), ("idle_timeout", "::1")]
+    ok, timeout = metrics.OUTCOMES.labels("connect", "ok"), metrics.OUTCOMES.labels("connect", "timeout")
+    counted = ok.value, timeout.value
+    for reason, address in closes:
+        audit.tunnel_closed(
+            "connect",
+            "agent",
+            target,
+            address=address,
+            client=CLIENT,
+            bytes_up=1,
+            bytes_down=2,
+            duration_s=0.5,
+            reason=reason,
+        )
+    audit.close()
+    lines = [json.loads(line) for line in path.read_bytes().splitlines()]
+    assert [(line["close_reason"], line["outcome"], line.get("address")) for line in lines] == [
+        ("client_closed", "ok", "127.0.0.3"),
+        ("idle_timeout", "timeout", "::1"),
+        ("client_closed", "ok", None),
+        ("idle_timeout", "timeout", "::1"),
+    ]
+    assert (ok.value, timeout.value) == (counted[0] + 2, counted[1] + 2)
 
 
 def test_a_close_line_follows_its_own_decision_not_an_earlier_ones(tmp_path: Path) -> None:
@@ -111,8 +145,14 @@ REQUESTS = [
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize(("method", "http_path"), REQUESTS)
+@pytest.mark.parametrize("original_dst", [None, "127.0.0.3:443"], ids=["proxied", "transparent"])
 def test_an_allow_line_is_the_decision_line_built_field_by_field_and_counted_each_time(
-    tmp_path: Path, target: PinnedTarget, client: dict[str, Any], method: str | None, http_path: str | None
+    tmp_path: Path,
+    target: PinnedTarget,
+    client: dict[str, Any],
+    method: str | None,
+    http_path: str | None,
+    original_dst: str | None,
 ) -> None:
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path))
@@ -121,7 +161,15 @@ def test_an_allow_line_is_the_decision_line_built_field_by_field_and_counted_eac
     counter = metrics.DECISIONS.labels("connect", verdict, code)
     counted = counter.value
     for _ in range(2):  # the second line comes from the members kept for this decision
-        decisions.record_allow("connect", Principal("agent"), target, method=method, path=http_path, client=client)
+        decisions.record_allow(
+            "connect",
+            Principal("agent"),
+            target,
+            method=method,
+            path=http_path,
+            client=client,
+            original_dst=original_dst,
+        )
     expected: dict[str, Any] = {
         "event": "decision",
         "kind": "connect",
@@ -143,6 +191,8 @@ def test_an_allow_line_is_the_decision_line_built_field_by_field_and_counted_eac
         expected["method"] = method
     if http_path is not None:
         expected["path"] = http_path
+    if original_dst is not None:
+        expected["original_dst"] = original_dst
     expected.update(client)  # as the caller gives them: a None is written as null
     audit.write_record(expected)
     audit.close()
