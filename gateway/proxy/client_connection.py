@@ -326,6 +326,9 @@ class ClientConnection(asyncio.Protocol):
             self._connect_failed(error)
             return
         self._dial_upstream(request)
+        dial = self._dial
+        if dial is not None and self.server.tunnels.shutting_down:
+            dial.cancel()  # the listener shut down while DNS answered: it stops no dial made later
 
     def _dial_upstream(self, request: TunnelRequest) -> None:
         loop = self.server.loop

@@ -75,6 +75,7 @@ class TunnelOpener:
         self._on_closed = on_closed
         self._by_principal: dict[str, int] = {}
         self._reserved_total = 0
+        self._shutting_down = False
 
     # limits -------------------------------------------------------------------------------------
     def reserve(self, principal: str, settings: ProxySettings) -> None:
@@ -100,6 +101,11 @@ class TunnelOpener:
             )
         self._by_principal[principal] = count + 1
         self._reserved_total += 1
+
+    @property
+    def shutting_down(self) -> bool:
+        """`cancel_dials` ran: the listener is closing."""
+        return self._shutting_down
 
     @property
     def reserved(self) -> int:
@@ -212,13 +218,20 @@ class TunnelOpener:
     def dial_failed(
         self, request: TunnelRequest, dial: PinnedDial[UpstreamTunnelProtocol], error: GatewayError | None
     ) -> None:
-        """The dial failed (`error`) or was cancelled (None): the reservation released and, for a
-        failure, the allow line and a close line with the error."""
+        """The dial failed (`error`) or was cancelled (None): the reservation released and the
+        allow line and a close line with the error, or with `shutdown` when the listener's
+        shutdown stopped it (the lines of a dial that connects during the drain, `abandon`)."""
         self.dialing.discard(dial)
         principal = request.principal
         self.release(principal.name)
         target = request.target
-        if error is None or target is None:
+        if error is not None:
+            reason = str(error.code)
+        elif self._shutting_down:
+            reason = "shutdown"
+        else:
+            return  # stopped by a defect, which the loop's exception handler reports
+        if target is None:
             return
         self.decisions.record_allow("connect", principal, target, client=request.client)
         self.audit.never_opened(
@@ -226,13 +239,14 @@ class TunnelOpener:
             principal=principal.name,
             host=target.name,
             port=target.port,
-            reason=str(error.code),
+            reason=reason,
             target=target,
             **request.client,
         )
 
     def cancel_dials(self) -> None:
         """Shutdown: every dial in flight stops now (each owner hears `dial_failed(None)`)."""
+        self._shutting_down = True
         for dial in list(self.dialing):
             dial.cancel()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,18 +140,66 @@ async def test_a_cancelled_dial_reports_a_cancellation_once(unanswering: socket.
     assert owner.outcomes == [("failed", None)]
 
 
-async def test_the_listener_shutdown_stops_a_connect_dial_in_flight_and_frees_its_reservation(
-    tmp_path: Path, fake_dns: FakeDNS, unanswering: socket.socket
-) -> None:
-    ip, port = unanswering.getsockname()
-    fake_dns.add("hang-shutdown.example.org", ip)
+def _in_process_proxy(tmp_path: Path, fake_dns: FakeDNS, ip: str, port: int) -> tuple[ProxyServer, AuditLog]:
     policy_path = tmp_path / "policy.yaml"
     policy = proxy_policy([f"{ip}/32"], ports=[port], proxy={"connect_timeout_s": 30})
     policy_path.write_text(yaml.safe_dump(policy))
     holder = PolicyHolder(policy_path)
     core = EgressCore(Resolver([fake_dns.nameserver]), lambda: holder.current, own_addresses(["127.0.0.1"]))
     audit = AuditLog(str(tmp_path / "audit.log"))
-    proxy = ProxyServer(core, audit)
+    return ProxyServer(core, audit), audit
+
+
+def _lines_for(tmp_path: Path, host: str) -> list[tuple[str, str | None, str | None]]:
+    lines = [json.loads(line) for line in (tmp_path / "audit.log").read_text().splitlines()]
+    return [
+        (line["event"], line.get("decision"), line.get("close_reason")) for line in lines if line.get("host") == host
+    ]
+
+
+# The lines of a dial that connects during the drain: the allowed decision, then its close.
+SHUTDOWN_LINES = [("decision", "allow", None), ("close", None, "shutdown")]
+
+
+async def test_a_dial_that_starts_after_the_listener_shut_down_is_stopped_too(
+    tmp_path: Path, fake_dns: FakeDNS, unanswering: socket.socket
+) -> None:
+    # The CONNECT's DNS answer comes after the shutdown stopped the dials in flight: the dial
+    # its task starts then is stopped as they were, not left to run.
+    ip, port = unanswering.getsockname()
+    fake_dns.add("slow-shutdown.example.org", ip, delay_s=0.5)
+    proxy, audit = _in_process_proxy(tmp_path, fake_dns, ip, port)
+    await proxy.start("127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        authority = f"slow-shutdown.example.org:{port}"
+        writer.write(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+        loop = asyncio.get_running_loop()
+        until = loop.time() + WAIT_S
+        while proxy.tunnels.reserved == 0 and loop.time() < until:
+            await asyncio.sleep(0.01)
+        assert proxy.tunnels.reserved == 1
+        await proxy.close()
+        assert not proxy.tunnels.dialing  # still resolving
+        until = loop.time() + WAIT_S
+        while proxy.tunnels.reserved and loop.time() < until:
+            await asyncio.sleep(0.01)
+        assert proxy.tunnels.reserved == 0
+        assert not proxy.tunnels.dialing
+        assert await asyncio.wait_for(reader.read(), WAIT_S) == b""
+        writer.close()
+    finally:
+        await proxy.close()
+        audit.close()
+    assert _lines_for(tmp_path, "slow-shutdown.example.org") == SHUTDOWN_LINES
+
+
+async def test_the_listener_shutdown_stops_a_connect_dial_in_flight_frees_its_reservation_and_audits_it(
+    tmp_path: Path, fake_dns: FakeDNS, unanswering: socket.socket
+) -> None:
+    ip, port = unanswering.getsockname()
+    fake_dns.add("hang-shutdown.example.org", ip)
+    proxy, audit = _in_process_proxy(tmp_path, fake_dns, ip, port)
     await proxy.start("127.0.0.1", 0)
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
@@ -170,3 +219,4 @@ async def test_the_listener_shutdown_stops_a_connect_dial_in_flight_and_frees_it
     finally:
         await proxy.close()
         audit.close()
+    assert _lines_for(tmp_path, "hang-shutdown.example.org") == SHUTDOWN_LINES
