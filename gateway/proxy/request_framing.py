@@ -59,7 +59,7 @@ class RequestEnd:
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen either: once per tunnel
 class ConnectHead:
     """A CONNECT head; `rest` (bytes already read after it) belongs to the tunnel, not to HTTP."""
 
