@@ -193,9 +193,9 @@ class ResponseFraming:
 
     # the owner's interface ----------------------------------------------------------------------
     def feed(self, data: bytes) -> bytes:
-        """Upstream bytes; returns the bytes owed to the client so far, as `take_output` does (one
-        call per read instead of two). Raises GatewayError when the response cannot be relayed as
-        framed; what was owed before the failure stays for `take_output`."""
+        """Upstream bytes; returns the bytes owed to the client so far (`take_output`). Raises
+        GatewayError when the response cannot be relayed as framed; what was owed before the
+        failure stays for `take_output`."""
         if self.complete:
             self.reusable = False  # bytes nobody asked for: the connection's framing is lost
             return b""
@@ -239,12 +239,7 @@ class ResponseFraming:
         except GatewayError:
             self.reusable = False
             raise
-        out = self._out
-        if not out:
-            return b""
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        return data
+        return self.take_output()
 
     def take_output(self) -> bytes:
         """The bytes owed to the client so far (head and body coalesced into one write)."""

@@ -78,6 +78,21 @@ def listening_socket(ip: str, port: int) -> socket.socket:
     return sock
 
 
+def unanswering_listener(ip: str = "127.0.0.1") -> tuple[socket.socket, list[socket.socket]]:
+    """A listener whose accept queue is full, and the sockets filling it (close them all after):
+    the kernel drops further SYNs, so a connect to it hangs until its own timeout."""
+    listener = socket.socket()
+    listener.bind((ip, 0))
+    listener.listen(0)
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(listener.getsockname())
+        fillers.append(filler)
+    return listener, fillers
+
+
 async def stop_serving(runner: web.AppRunner, listener: socket.socket) -> None:
     """Stop an origin without losing a connection the kernel accepted but the loop had not yet.
 

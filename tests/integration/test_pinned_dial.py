@@ -12,7 +12,7 @@ import asyncio
 import ipaddress
 import json
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ from gateway.policy.holder import PolicyHolder
 from gateway.proxy.server import ProxyServer
 from gateway.vet.urls import vet_host
 from tests.harness.dns import FakeDNS
-from tests.harness.origins import OriginFactory
+from tests.harness.origins import OriginFactory, unanswering_listener
 from tests.harness.proxy import proxy_policy
 
 WAIT_S = 5.0
@@ -65,15 +65,7 @@ def _answering(ip: str, port: int = 0) -> socket.socket:
 @pytest.fixture
 def unanswering(origins: OriginFactory) -> Iterator[socket.socket]:
     """A listener whose accept queue is full: further connects to it hang."""
-    listener = socket.socket()
-    listener.bind((origins.next_ip(), 0))
-    listener.listen(0)
-    fillers = []
-    for _ in range(4):
-        filler = socket.socket()
-        filler.setblocking(False)
-        filler.connect_ex(listener.getsockname())
-        fillers.append(filler)
+    listener, fillers = unanswering_listener(origins.next_ip())
     yield listener
     for sock in [listener, *fillers]:
         sock.close()
@@ -161,6 +153,20 @@ def _lines_for(tmp_path: Path, host: str) -> list[tuple[str, str | None, str | N
 SHUTDOWN_LINES = [("decision", "allow", None), ("close", None, "shutdown")]
 
 
+async def _send_connect(proxy: ProxyServer, authority: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+    writer.write(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+    return reader, writer
+
+
+async def _wait_until(condition: Callable[[], object]) -> None:
+    """Poll `condition` until it holds or WAIT_S passes; the caller asserts what it expects."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + WAIT_S
+    while not condition() and loop.time() < until:
+        await asyncio.sleep(0.01)
+
+
 async def test_a_dial_that_starts_after_the_listener_shut_down_is_stopped_too(
     tmp_path: Path, fake_dns: FakeDNS, unanswering: socket.socket
 ) -> None:
@@ -171,19 +177,12 @@ async def test_a_dial_that_starts_after_the_listener_shut_down_is_stopped_too(
     proxy, audit = _in_process_proxy(tmp_path, fake_dns, ip, port)
     await proxy.start("127.0.0.1", 0)
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-        authority = f"slow-shutdown.example.org:{port}"
-        writer.write(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
-        loop = asyncio.get_running_loop()
-        until = loop.time() + WAIT_S
-        while proxy.tunnels.reserved == 0 and loop.time() < until:
-            await asyncio.sleep(0.01)
+        reader, writer = await _send_connect(proxy, f"slow-shutdown.example.org:{port}")
+        await _wait_until(lambda: proxy.tunnels.reserved)
         assert proxy.tunnels.reserved == 1
         await proxy.close()
         assert not proxy.tunnels.dialing  # still resolving
-        until = loop.time() + WAIT_S
-        while proxy.tunnels.reserved and loop.time() < until:
-            await asyncio.sleep(0.01)
+        await _wait_until(lambda: not proxy.tunnels.reserved)
         assert proxy.tunnels.reserved == 0
         assert not proxy.tunnels.dialing
         assert await asyncio.wait_for(reader.read(), WAIT_S) == b""
@@ -202,13 +201,8 @@ async def test_the_listener_shutdown_stops_a_connect_dial_in_flight_frees_its_re
     proxy, audit = _in_process_proxy(tmp_path, fake_dns, ip, port)
     await proxy.start("127.0.0.1", 0)
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-        authority = f"hang-shutdown.example.org:{port}"
-        writer.write(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
-        loop = asyncio.get_running_loop()
-        until = loop.time() + WAIT_S
-        while not proxy.tunnels.dialing and loop.time() < until:
-            await asyncio.sleep(0.01)
+        reader, writer = await _send_connect(proxy, f"hang-shutdown.example.org:{port}")
+        await _wait_until(lambda: proxy.tunnels.dialing)
         assert len(proxy.tunnels.dialing) == 1
         assert proxy.tunnels.reserved == 1
         await proxy.close()

@@ -27,7 +27,7 @@ from tests.harness import proxy as support
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess, free_port
-from tests.harness.origins import Origin, OriginFactory
+from tests.harness.origins import Origin, OriginFactory, unanswering_listener
 from tests.harness.proxy import (
     ProxyProcess,
     basic,
@@ -298,26 +298,12 @@ def test_egress_gateway_serve_proxies_connect_on_its_proxy_listener(
 # --- the dial's own deadline (gateway/egress/connect.py) ------------------------------------------
 
 
-def _unanswering_listener(ip: str = "127.0.0.1") -> tuple[socket.socket, list[socket.socket]]:
-    """A listener whose accept queue is full: the kernel drops further SYNs, so a connect hangs."""
-    listener = socket.socket()
-    listener.bind((ip, 0))
-    listener.listen(0)
-    fillers = []
-    for _ in range(4):
-        filler = socket.socket()
-        filler.setblocking(False)
-        filler.connect_ex(listener.getsockname())
-        fillers.append(filler)
-    return listener, fillers
-
-
 def _pinned(port: int) -> PinnedTarget:
     return PinnedTarget(vet_host("127.0.0.1"), port, (ipaddress.ip_address("127.0.0.1"),), 1, 0.0)
 
 
 async def test_a_dial_that_gets_no_answer_fails_as_timed_out_after_connect_timeout() -> None:
-    listener, fillers = _unanswering_listener()
+    listener, fillers = unanswering_listener()
     try:
         started = time.monotonic()
         with pytest.raises(GatewayError, match="timed out") as caught:
@@ -333,7 +319,7 @@ async def test_a_dial_that_gets_no_answer_fails_as_timed_out_after_connect_timeo
 
 
 async def test_a_dial_cancelled_from_outside_stays_cancelled_not_a_timeout() -> None:
-    listener, fillers = _unanswering_listener()
+    listener, fillers = unanswering_listener()
     try:
         dial = asyncio.ensure_future(
             open_pinned_connection(_pinned(listener.getsockname()[1]), asyncio.Protocol, timeout_s=5.0)
@@ -348,8 +334,8 @@ async def test_a_dial_cancelled_from_outside_stays_cancelled_not_a_timeout() -> 
 
 
 def _unanswering_origin(origins: OriginFactory) -> tuple[socket.socket, list[socket.socket]]:
-    """`_unanswering_listener` on an origin address of its own (the gateway's own 127.0.0.1 is denied)."""
-    return _unanswering_listener(origins.next_ip())
+    """`unanswering_listener` on an origin address of its own (the gateway's own 127.0.0.1 is denied)."""
+    return unanswering_listener(origins.next_ip())
 
 
 @pytest.mark.parametrize("leaves", [False, True], ids=["client-waits", "client-resets-while-dialing"])
