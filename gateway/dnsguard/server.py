@@ -22,7 +22,8 @@ from gateway.dnsguard.verdict import fit_udp, judge_answer, judge_query
 from gateway.egress.target import EgressCore
 from gateway.errors import GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog, client_fields, new_connection_id
+from gateway.observe.audit import AuditLog
+from gateway.observe.audit_fields import client_fields, new_connection_id
 from gateway.policy.transparent import KNOWN_QUERY_TYPES
 from gateway.settings import ListenAddress
 from gateway.tasks import spawn

@@ -1,4 +1,4 @@
-"""The JSON audit log: the line schema (version `SCHEMA_VERSION`), its builders, and fail-closed writing.
+"""The JSON audit log: the line schema (version `audit_fields.SCHEMA_VERSION`), its builders, and fail-closed writing.
 
 Every line starts with `time` (RFC 3339 UTC with microseconds), `schema` and `event`; the fields
 are listed in the README's audit section and in `audit.schema.json` beside this module. Fields
@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -38,6 +36,7 @@ import orjson
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
+from gateway.observe.audit_fields import CLOCK, client_members
 from gateway.observe.audit_members import (
     ConnectionFields,
     DecidedTarget,
@@ -52,7 +51,6 @@ from gateway.observe.verdicts import outcome_for_close, outcome_for_code, rule_f
 
 log = logging.getLogger("egress_gateway.audit")
 
-SCHEMA_VERSION = 1
 # The response header that carries a line's `conn` to the client (proxy and tools API).
 CONNECTION_ID_HEADER = "X-Egress-Id"
 FLUSH_INTERVAL_S = 0.01
@@ -67,85 +65,8 @@ MAX_PREPARED_ADDRESSES = 4096
 MAX_PREPARED_CLOSINGS = 256
 
 
-class _Clock:
-    """RFC 3339 UTC timestamps; the seconds part is formatted once per second."""
-
-    # `second` and `line_format` are read by `AuditLog.write_members` without a call.
-    __slots__ = ("_text", "_time_format", "line_format", "second")
-
-    def __init__(self) -> None:
-        self.second = -1
-        self._text = ""
-        self.line_format = b""
-        self._time_format = ""
-
-    def tick(self, second: int) -> None:
-        self.second = second
-        self._text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        # Everything a line starts with but the microseconds, as one bytes format: one
-        # substitution per line instead of three.
-        self.line_format = b'{"time":"%s.%%06dZ","schema":%d,' % (self._text.encode("ascii"), SCHEMA_VERSION)
-        self._time_format = self._text + ".%06dZ"
-
-    def timestamp(self, now: float) -> str:
-        second = int(now)
-        if second != self.second:
-            self.tick(second)
-        return self._time_format % int((now - second) * 1_000_000)
-
-    def line_start(self, now: float) -> bytes:
-        """`{"time":"…","schema":N,` — the start every line shares, as bytes."""
-        second = int(now)
-        if second != self.second:
-            self.tick(second)
-        return self.line_format % int((now - second) * 1_000_000)
-
-
-_CLOCK = _Clock()
 # Every line leaves with its newline: the flush joins without a separator or a copy to end it.
 _NEWLINE = orjson.OPT_APPEND_NEWLINE
-_PROCESS_TAG = os.urandom(4).hex()
-_SEQUENCE = itertools.count(1)
-
-
-def utc_timestamp(now: float | None = None) -> str:
-    return _CLOCK.timestamp(time.time() if now is None else now)
-
-
-def client_fields(peer: object) -> dict[str, Any]:
-    """`client_ip` and `client_port` from a transport's `peername` (absent when unknown)."""
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        return {"client_ip": str(peer[0]), "client_port": int(peer[1])}
-    return {}
-
-
-def connection_fields(peer: object) -> ConnectionFields:
-    """A new client connection's audit fields: its `conn` id, then `client_fields(peer)`, with
-    their members serialized for every line of the connection."""
-    conn = f"{_PROCESS_TAG}-{next(_SEQUENCE):x}"  # `new_connection_id()` without its call
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        fields = ConnectionFields(conn=conn, client_ip=str(peer[0]), client_port=int(peer[1]))
-    else:
-        fields = ConnectionFields(conn=conn)
-    # orjson serializes the dict subclass as the dict it is.
-    fields.members = b"," + orjson.dumps(fields)[1:-1]
-    return fields
-
-
-def client_members(client: Mapping[str, Any], *, drop_none: bool) -> bytes:
-    """A connection's audit fields as members with a leading comma (b"" for none): the bytes
-    `ConnectionFields` keeps, for the callers whose fields are a plain dict. A close line leaves
-    a None out (`drop_none`), an allow line writes it as null, as the lines built from a dict do."""
-    if type(client) is ConnectionFields:
-        return client.members
-    if drop_none and None in client.values():
-        client = {key: value for key, value in client.items() if value is not None}
-    return b"," + json_members(client) if client else b""
-
-
-def new_connection_id() -> str:
-    """An id unique across gateway processes (random per process) and cheap (a counter)."""
-    return f"{_PROCESS_TAG}-{next(_SEQUENCE):x}"
 
 
 class AuditLog:
@@ -231,7 +152,7 @@ class AuditLog:
         # two per forwarded request.
         now = time.time()
         second = int(now)
-        clock = _CLOCK
+        clock = CLOCK
         if second != clock.second:
             clock.tick(second)
         line = b"".join((clock.line_format % int((now - second) * 1_000_000), members, *more, b"}\n"))
@@ -248,7 +169,7 @@ class AuditLog:
 
     def _append_record(self, record: dict[str, Any], now: float) -> None:
         # orjson's output loses its opening brace to the shared start (`line_start`).
-        self._append_line(_CLOCK.line_start(now) + orjson.dumps(record, default=str, option=_NEWLINE)[1:])
+        self._append_line(CLOCK.line_start(now) + orjson.dumps(record, default=str, option=_NEWLINE)[1:])
 
     def _append_line(self, line: bytes) -> None:
         # A line is the shared start as bytes (`line_start`), then its members: built from a dict

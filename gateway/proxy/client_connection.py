@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import connection_fields
+from gateway.observe.audit_fields import connection_fields
 from gateway.proxy.connection_deadlines import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.exchange import NOT_PAUSED, ForwardExchange, ParsedRequest, PauseReason

@@ -20,7 +20,8 @@ from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog, client_members
+from gateway.observe.audit import AuditLog
+from gateway.observe.audit_fields import client_members
 from gateway.observe.audit_members import ConnectionFields, json_members
 from gateway.observe.loop_metrics import CounterChild
 from gateway.observe.verdicts import rule_for_code, verdict_of_failure

@@ -231,18 +231,8 @@ class TunnelOpener:
             reason = "shutdown"
         else:
             return  # stopped by a defect, which the loop's exception handler reports
-        if target is None:
-            return
-        self.decisions.record_allow("connect", principal, target, client=request.client)
-        self.audit.never_opened(
-            kind="connect",
-            principal=principal.name,
-            host=target.name,
-            port=target.port,
-            reason=reason,
-            target=target,
-            **request.client,
-        )
+        if target is not None:
+            self._record_never_opened(request, target, reason)
 
     def cancel_dials(self) -> None:
         """Shutdown: every dial in flight stops now (each owner hears `dial_failed(None)`)."""
@@ -259,7 +249,11 @@ class TunnelOpener:
         self.dialing.discard(dial)
         dialed.transport.close()
         self.release(request.principal.name)
-        target = dialed.target
+        self._record_never_opened(request, dialed.target, reason)
+
+    def _record_never_opened(self, request: TunnelRequest, target: PinnedTarget, reason: str) -> None:
+        """An allowed CONNECT that never carried a byte: its allow line, then a close line with
+        `reason`, so the decision is never left without its outcome."""
         self.decisions.record_allow("connect", request.principal, target, client=request.client)
         self.audit.never_opened(
             kind="connect",

@@ -22,7 +22,8 @@ from aiohttp import web
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import CONNECTION_ID_HEADER, AuditLog, client_fields, new_connection_id
+from gateway.observe.audit import CONNECTION_ID_HEADER, AuditLog
+from gateway.observe.audit_fields import client_fields, new_connection_id
 from gateway.observe.verdicts import outcome_for_code, rule_for_code, verdict_of_failure
 from gateway.policy.decide import authenticate, decide_destination
 from gateway.policy.model import LoadedPolicy

@@ -27,7 +27,8 @@ from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog, client_fields, new_connection_id
+from gateway.observe.audit import AuditLog
+from gateway.observe.audit_fields import client_fields, new_connection_id
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.sni import MAX_PEEK_BYTES

@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 
-from gateway.observe.audit import FLUSH_INTERVAL_S, MAX_PENDING_LINES, SCHEMA_VERSION, AuditLog
+from gateway.observe.audit import FLUSH_INTERVAL_S, MAX_PENDING_LINES, AuditLog
+from gateway.observe.audit_fields import SCHEMA_VERSION
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:

@@ -12,7 +12,8 @@ import pytest
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog, connection_fields, new_connection_id
+from gateway.observe.audit import AuditLog
+from gateway.observe.audit_fields import connection_fields, new_connection_id
 from gateway.policy.model import Principal
 from gateway.proxy.decision_caches import ProxyDecisions
 from gateway.proxy.exchange import ClientSide, ForwardExchange

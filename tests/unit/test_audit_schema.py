@@ -12,7 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.observe.audit import AuditLog, new_connection_id, utc_timestamp
+from gateway.observe.audit import AuditLog
+from gateway.observe.audit_fields import new_connection_id, utc_timestamp
 from gateway.observe.verdicts import outcome_for_close, verdict_for
 from tests.harness.audit_schema import file_errors, line_errors
 
