@@ -20,7 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import certifi
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from gateway.egress.dial_deadline import DialDeadline, LoopTimerDeadline
+from gateway.egress.dial_deadline import DialDeadline
 from gateway.egress.io_errors import io_error
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
@@ -113,7 +113,6 @@ class PinnedDial(Generic[P]):
         "_owner",
         "_timed_out",
         "_timeout_s",
-        "_timer",
         "_waiter",
         "address",
         "started",
@@ -128,16 +127,13 @@ class PinnedDial(Generic[P]):
         owner: DialOwner[P],
         *,
         timeout_s: float,
-        deadline: DialDeadline | None = None,
+        deadline: DialDeadline,
     ) -> None:
         self._loop = loop
         self.target = target
         self._factory = protocol_factory
         self._owner: DialOwner[P] | None = owner
         self._timeout_s = timeout_s
-        self._timer: LoopTimerDeadline | None = None
-        if deadline is None:
-            deadline = self._timer = LoopTimerDeadline(self, loop)
         self._deadline: DialDeadline | None = deadline
         self._next = 0  # the index of the next address to try
         self._coro: Coroutine[Any, Any, tuple[asyncio.Transport, P]] | None = None
@@ -238,9 +234,6 @@ class PinnedDial(Generic[P]):
         self._owner = None
         self._coro = None
         self._deadline = None
-        if self._timer is not None:
-            self._timer.release()
-            self._timer = None
         return owner
 
 

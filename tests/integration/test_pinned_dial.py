@@ -71,9 +71,33 @@ def unanswering(origins: OriginFactory) -> Iterator[socket.socket]:
         sock.close()
 
 
+class LoopTimer:
+    """A `DialDeadline` on a loop timer, as the proxy's wheel entry is one (`ClientConnection`)."""
+
+    def __init__(self) -> None:
+        self.dial: PinnedDial[asyncio.Protocol] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start_dial_attempt(self, timeout_s: float) -> None:
+        self._timer = asyncio.get_running_loop().call_later(timeout_s, self._expire)
+
+    def end_dial_attempt(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self.dial is not None:
+            self.dial.attempt_timed_out()
+
+
 async def _dial(target: PinnedTarget, timeout_s: float) -> tuple[PinnedDial[asyncio.Protocol], RecordingOwner]:
     owner = RecordingOwner()
-    dial = PinnedDial(asyncio.get_running_loop(), target, asyncio.Protocol, owner, timeout_s=timeout_s)
+    deadline = LoopTimer()
+    dial = deadline.dial = PinnedDial(
+        asyncio.get_running_loop(), target, asyncio.Protocol, owner, timeout_s=timeout_s, deadline=deadline
+    )
     dial.start()
     return dial, owner
 
