@@ -14,8 +14,9 @@ a task when cached state suffices), each CONNECT to `tunnel_opener.TunnelOpener`
 owns the listener, `forward.py` the upstream side of an exchange and `tunnel.py` an established
 tunnel.
 
-Never resolves a name or dials a socket itself (the egress core decides, `open_pinned_connection`
-dials), never parses bytes itself, never forwards or echoes the proxy credential.
+Never resolves a name or dials a socket itself (the egress core decides; a CONNECT's
+`PinnedDial` and the forward dispatcher's `open_pinned_connection` dial), never parses bytes
+itself, never forwards or echoes the proxy credential.
 """
 
 from __future__ import annotations
@@ -262,7 +263,8 @@ class ClientConnection(asyncio.Protocol):
         if not head_sent:
             error = GatewayError(ErrorCode(code), message)
             self.server.decisions.count_decision("http", "error", code)
-            self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
+            self._answer_and_close(error)
+            return
         self._close()
 
     def refuse_exchange(self, exchange: ForwardExchange, error: GatewayError) -> None:
@@ -304,8 +306,7 @@ class ClientConnection(asyncio.Protocol):
             # Decided here when cached state suffices: a refusal is answered without a task.
             request = opener.decide(head.authority, head.authorization, self.audit_fields)
         except GatewayError as error:
-            self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
-            self._close()
+            self._answer_and_close(error)
             return
         # Reading continues while the upstream is dialed (no pause/resume pair per tunnel);
         # data_received holds whatever arrives until the tunnel exists.
@@ -389,8 +390,7 @@ class ClientConnection(asyncio.Protocol):
         elif error is None:
             self._close()
         else:
-            self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
-            self._close()
+            self._answer_and_close(error)
 
     # closing ---------------------------------------------------------------------------------
     def _refuse(self, error: GatewayError) -> None:
@@ -406,6 +406,11 @@ class ClientConnection(asyncio.Protocol):
         self.server.decisions.record_deny(
             "http", None, None, None, error=error, generation=generation, client=self.audit_fields
         )
+        self._answer_and_close(error)
+
+    def _answer_and_close(self, error: GatewayError) -> None:
+        """The error response (with the connection's id), then the close: the connection serves
+        nothing more after a refusal or a failed exchange."""
         self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
         self._close()
 

@@ -7,8 +7,9 @@ closes the tunnels, requests in flight and pooled connections the new policy den
 (`live_permission`), and on shutdown it stops accepting and lets in-flight work finish within
 the grace period before closing it.
 
-Never resolves a name or dials a socket itself (the egress core decides, `open_pinned_connection`
-dials), never parses bytes itself, never forwards or echoes the proxy credential.
+Never resolves a name or dials a socket itself (the egress core decides; a CONNECT's
+`PinnedDial` and the forward dispatcher's `open_pinned_connection` dial), never parses bytes
+itself, never forwards or echoes the proxy credential.
 """
 
 from __future__ import annotations
