@@ -155,17 +155,7 @@ class AuditLog:
         clock = CLOCK
         if second != clock.second:
             clock.tick(second)
-        line = b"".join((clock.line_format % int((now - second) * 1_000_000), members, *more, b"}\n"))
-        # `_append_line` without its call while the log is writable (the same steps).
-        if self._failure is not None:
-            self._append_line(line)
-            return
-        pending = self._pending
-        pending.append(line)
-        if len(pending) == 1:
-            self._schedule_flush()
-        elif len(pending) >= MAX_PENDING_LINES:
-            self.flush()
+        self._append_line(b"".join((clock.line_format % int((now - second) * 1_000_000), members, *more, b"}\n")))
 
     def _append_record(self, record: dict[str, Any], now: float) -> None:
         # orjson's output loses its opening brace to the shared start (`line_start`).
