@@ -46,7 +46,7 @@ class ConnectionFields(dict[str, Any]):
     instead of serializing the dict again. Never changed after it is built (the members would
     no longer be its fields)."""
 
-    # Set by `audit.connection_fields`, which builds it with dict's own constructor (an
+    # Set by `audit_fields.connection_fields`, which builds it with dict's own constructor (an
     # `__init__` of ours would be one Python call more per connection).
     __slots__ = ("members",)
     members: bytes

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 import httptools
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.memo import BoundedMemo
 from gateway.proxy.heads import (
     FRAMING_FIELDS,
     MAX_HEAD_BYTES,
     MAX_HEADERS,
     MAX_URL_BYTES,
     NOTHING_NAMED,
+    FieldRoles,
     named_by_connection,
 )
 
@@ -80,9 +80,7 @@ RequestEvent = RequestHead | RequestBody | RequestEnd | ConnectHead | Refusal
 _END = RequestEnd()
 
 
-# What a request field's name means to the framing, remembered per name as sent (the bytes alone
-# decide it): lower-casing and comparing each name cost more than noting its field. Bounded: only
-# short names, and the memo starts over when full.
+# What a request field's name means to the framing, remembered per name as sent (`FieldRoles`).
 _OTHER, _AUTHORIZATION, _CONNECTION, _PROXY_CONNECTION, _TRANSFER_ENCODING = range(5)
 _ROLE_OF_LOWERED = {
     b"proxy-authorization": _AUTHORIZATION,
@@ -90,16 +88,13 @@ _ROLE_OF_LOWERED = {
     b"proxy-connection": _PROXY_CONNECTION,
     b"transfer-encoding": _TRANSFER_ENCODING,
 }
-MAX_REMEMBERED_FIELD_NAME_BYTES = 64
-MAX_REMEMBERED_FIELD_NAMES = 1024
-_REQUEST_FIELD_ROLES: BoundedMemo[bytes, int] = BoundedMemo(MAX_REMEMBERED_FIELD_NAMES)
 
 
-def _learn_request_field_role(name: bytes) -> int:
-    role = _ROLE_OF_LOWERED.get(name.lower(), _OTHER)
-    if len(name) <= MAX_REMEMBERED_FIELD_NAME_BYTES:
-        _REQUEST_FIELD_ROLES.put(name, role)
-    return role
+def _request_field_role(name: bytes) -> int:
+    return _ROLE_OF_LOWERED.get(name.lower(), _OTHER)
+
+
+_REQUEST_FIELD_ROLES = FieldRoles(_request_field_role)
 
 
 class _HeadRefused(Exception):
@@ -217,7 +212,7 @@ class RequestFraming:
             self._refuse(GatewayError(ErrorCode.TOO_LARGE, "the request head is too large", status=431))
         role = _REQUEST_FIELD_ROLES.get(name)
         if role is None:
-            role = _learn_request_field_role(name)
+            role = _REQUEST_FIELD_ROLES.learn(name)
         if role:
             self._note_field(role, value)
         headers.append((name, value))

@@ -25,6 +25,7 @@ from gateway.proxy.heads import (
     HOP_BY_HOP,
     NAMED_BY_SHORT_CONNECTION_VALUE,
     NOTHING_NAMED,
+    FieldRoles,
     named_by_connection,
 )
 from gateway.proxy.response_head import MAX_RESPONSE_HEAD_BYTES, ResponseHeadScanner
@@ -32,13 +33,8 @@ from gateway.proxy.response_head import MAX_RESPONSE_HEAD_BYTES, ResponseHeadSca
 NO_BODY_STATUSES = frozenset({204, 304})
 MALFORMED = "the upstream response is malformed"
 
-# What a field name means to the relay. The role of each name an origin sends is remembered, as
-# the name's bytes alone decide it: lower-casing and classifying a name per field of every response
-# cost more than relaying its line. Bounded: only short names, and the memo starts over when full.
+# What a field name means to the relay, remembered per name an origin sends (`FieldRoles`).
 _RELAY, _LENGTH, _CHUNKED, _CONNECTION, _DROP, _EGRESS_ID = range(6)  # the first two are relayed
-MAX_REMEMBERED_FIELD_NAME_BYTES = 64
-MAX_REMEMBERED_FIELD_NAMES = 1024
-_FIELD_ROLES: BoundedMemo[bytes, int] = BoundedMemo(MAX_REMEMBERED_FIELD_NAMES)
 # The relayed status line of each (status, short reason) an origin sends: formatting bytes parses
 # the format on every call, and origins repeat a handful (`200 OK`).
 MAX_REMEMBERED_REASON_BYTES = 64
@@ -61,11 +57,7 @@ def _field_role(name: bytes) -> int:
     return _RELAY
 
 
-def _learn_field_role(name: bytes) -> int:
-    role = _field_role(name)
-    if len(name) <= MAX_REMEMBERED_FIELD_NAME_BYTES:
-        _FIELD_ROLES.put(name, role)
-    return role
+_FIELD_ROLES = FieldRoles(_field_role)
 
 
 def _status_line(status: int, reason: bytes) -> bytes:
@@ -279,7 +271,7 @@ class ResponseFraming:
             return  # a trailer field: never merged into the head the client already has
         role = _FIELD_ROLES.get(name)
         if role is None:
-            role = _learn_field_role(name)
+            role = _FIELD_ROLES.learn(name)
         if role <= _LENGTH or (role == _EGRESS_ID and not self._id_field):  # relayed
             self._lines += (name, b": ", value, b"\r\n")
             if role == _LENGTH:
