@@ -10,9 +10,11 @@ Lines are buffered and leave in one write() at most `FLUSH_INTERVAL_S` after the
 (or as soon as `MAX_PENDING_LINES` are waiting): at thousands of tunnels per second a write() per
 line was the largest single cost of a tunnel after the kernel's own. `flush()` writes at once
 (the tools API calls it before answering) and `close()` flushes at shutdown. On the proxy's hot
-path a line's members that repeat from line to line (a decision's, a client's) are serialized
-once (`json_members`) and joined (`write_members`, `tunnel_closed`): the same bytes as the line
-built from a dict, without the dict.
+path a line's members that repeat from line to line are serialized once: an allow line is the
+line start, the members kept per decision and request, and the connection's members
+(`write_line`); a close line is the line start, one `%` format of its counts and duration kept
+per decision, request and outcome (`close_format`), and the connection's members (`write_close`,
+`tunnel_closed`): the same bytes as the line built from a dict, without the dict.
 
 When the destination cannot be written, no partial line is left (the sink cuts it back), the
 failure is logged once and counted, lines are held (bounded) and retried, and, unless
@@ -36,12 +38,12 @@ import orjson
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
-from gateway.observe.audit_fields import CLOCK, client_members
+from gateway.observe.audit_fields import CLOCK, client_line_end
 from gateway.observe.audit_members import (
     ConnectionFields,
     DecidedTarget,
     TunnelTarget,
-    close_members,
+    close_format,
     json_members,
 )
 from gateway.observe.audit_repeats import DEFAULT_AGGREGATE_S, DenialAggregator
@@ -58,15 +60,13 @@ MAX_PENDING_LINES = 1024
 # Held in memory while the destination fails; newer lines beyond this are counted, not kept.
 MAX_RETAINED_LINES = 10_000
 RETRY_INTERVAL_S = 1.0
-# Decisions whose close-line members are kept serialized; cleared when full.
-MAX_PREPARED_TARGETS = 4096
-# Upstream addresses and (kind, close reason) pairs whose close-line members are kept serialized.
-MAX_PREPARED_ADDRESSES = 4096
+# Tunnel close formats kept per (kind, decision, principal, reason, address); cleared when full.
+MAX_PREPARED_CLOSES = 4096
+# (kind, close reason) pairs whose close-line members are kept serialized.
 MAX_PREPARED_CLOSINGS = 256
-
-
 # Every line leaves with its newline: the flush joins without a separator or a copy to end it.
 _NEWLINE = orjson.OPT_APPEND_NEWLINE
+_dumps = orjson.dumps
 
 
 class AuditLog:
@@ -102,13 +102,11 @@ class AuditLog:
             MAX_PREPARED_CLOSINGS
         )
         self._counters: dict[tuple[str, tuple[str, ...]], CounterChild] = {}
-        # A close line's `address` member per upstream address, with a leading comma.
-        self._address_members: BoundedMemo[str, bytes] = BoundedMemo(MAX_PREPARED_ADDRESSES)
-        # Per (kind, target): the target, its principal, and a close line's members that only
-        # depend on them (`tunnel_closed`). The target is held so its id is not reused meanwhile.
-        self._close_parts: BoundedMemo[tuple[str, int], tuple[TunnelTarget, str, bytes, bytes]] = BoundedMemo(
-            MAX_PREPARED_TARGETS
-        )
+        # Per (kind, target id, principal, close reason, address): the target, the outcome's
+        # counter and the close line's format (`tunnel_closed`).
+        self._close_formats: BoundedMemo[
+            tuple[str, int, str, str, str | None], tuple[TunnelTarget, CounterChild, bytes]
+        ] = BoundedMemo(MAX_PREPARED_CLOSES)
         metrics.AUDIT_WRITABLE.set(1)
 
     # state ------------------------------------------------------------------------------------
@@ -146,16 +144,43 @@ class AuditLog:
         """A line from members already serialized (`json_members` parts joined by b","), `event`
         first, then `more` (each empty or with its leading comma): the bytes `write_record`
         writes for the same fields."""
+        self.write_line(b"".join((members, *more)), b"}\n")
+
+    def write_line(self, members: bytes, end: bytes) -> None:
+        """A line from its members serialized beforehand (`event` first) and its `end` (the
+        client's members, the closing brace and the newline: `audit_fields.client_line_end`):
+        the bytes `write_record` writes for the same fields. Every allow line of the proxy comes
+        through here."""
         if self._sink is None:
             return
-        # `line_start` without its call: every proxy line comes through here, two per tunnel and
-        # two per forwarded request.
+        # The line start without a call (`line_start`'s arithmetic on the same floats).
         now = time.time()
-        second = int(now)
         clock = CLOCK
-        if second != clock.second:
-            clock.tick(second)
-        self._append_line(b"".join((clock.line_format % int((now - second) * 1_000_000), members, *more, b"}\n")))
+        fraction = now - clock.start
+        if not 0.0 <= fraction < 1.0:
+            clock.tick(int(now))
+            fraction = now - clock.start
+        # `%06d` truncates the float as `int()` would.
+        self._append_line(clock.line_format % (fraction * 1_000_000) + members + end)
+
+    def write_close(self, close_format: bytes, bytes_up: int, bytes_down: int, duration_s: float, end: bytes) -> None:
+        """A close line from its `audit_members.close_format` (everything but the counts and the
+        client's members) and its `end` (`audit_fields.client_line_end`): the bytes
+        `connection_closed` writes for the same fields. The outcome is counted by the caller,
+        with the format."""
+        if self._sink is None:
+            return
+        # Microseconds; round(x, 6) would format and parse a decimal string for the same value.
+        # orjson's text of the float, not `%r`'s: the same where both are plain decimals, and
+        # orjson's shortest-digits search is the cheaper of the two.
+        members = close_format % (bytes_up, bytes_down, _dumps(round(duration_s * 1e6) / 1e6))
+        now = time.time()
+        clock = CLOCK
+        fraction = now - clock.start
+        if not 0.0 <= fraction < 1.0:
+            clock.tick(int(now))
+            fraction = now - clock.start
+        self._append_line(clock.line_format % (fraction * 1_000_000) + members + end)
 
     def _append_record(self, record: dict[str, Any], now: float) -> None:
         # orjson's output loses its opening brace to the shared start (`line_start`).
@@ -373,6 +398,14 @@ class AuditLog:
             record.update(extra)  # a tunnel's extras (address, conn, client) are all known
         self._append_record(record, time.time())
 
+    def close_format(
+        self, kind: str, principal: str, target: TunnelTarget, reason: str, after_rule: bytes
+    ) -> tuple[CounterChild, bytes]:
+        """A close line's outcome counter and its `audit_members.close_format` for `reason`, with
+        `after_rule` (a forwarded request's members, the `address`) after the decision's members."""
+        _, counter, closing = self._closing(kind, reason)
+        return counter, close_format(kind, principal, target, closing, after_rule)
+
     def tunnel_closed(
         self,
         kind: str,
@@ -385,38 +418,26 @@ class AuditLog:
         bytes_down: int,
         duration_s: float,
         reason: str,
-        request: bytes = b"",
     ) -> None:
-        """A tunnel's (or forwarded request's) close line: the bytes `connection_closed(host=target.name,
-        port=target.port, target=target, **request, address=address, **client)` writes, `request`
-        being a forwarded request's members serialized (with a leading comma); the members every
-        line of a decision shares are serialized once per decision, a connection's once per
-        connection (`ConnectionFields`)."""
-        closing = self._closings.get((kind, reason)) or self._closing(kind, reason)
+        """A tunnel's close line: the bytes `connection_closed(host=target.name, port=target.port,
+        target=target, address=address, **client)` writes. Everything but the counts and the
+        client's members is one format kept per (kind, target, principal, reason, address), the
+        client's members are kept per connection (`ConnectionFields`)."""
+        key = (kind, id(target), principal, reason, address)
+        prepared = self._close_formats.get(key)
+        # The target is held with its format: its id cannot be reused while the entry lives.
+        if prepared is None or prepared[0] is not target:
+            address_member = b"" if address is None else b',"address":' + orjson.dumps(address, default=str)
+            counter, line_format = self.close_format(kind, principal, target, reason, address_member)
+            prepared = self._close_formats.put(key, (target, counter, line_format))
         # The counter child's own field: `inc()` would be one more call per line.
-        closing[1].value += 1
-        if self._sink is None:
-            return
-        key = (kind, id(target))
-        parts = self._close_parts.get(key)
-        if parts is None or parts[0] is not target or parts[1] != principal:
-            parts = self._close_parts.put(key, (target, principal, *close_members(kind, principal, target)))
-        if address is None:
-            address_member = b""
-        else:
-            address_member = self._address_members.get(address) or self._address_members.put(
-                address, b',"address":' + orjson.dumps(address, default=str)
-            )
-        self.write_members(
-            parts[2],
-            b',"bytes_up":%d,"bytes_down":%d,"duration_s":' % (bytes_up, bytes_down),
-            # Microseconds; round(x, 6) would format and parse a decimal string for the same value.
-            orjson.dumps(round(duration_s * 1e6) / 1e6),
-            closing[2],
-            parts[3],
-            request,
-            address_member,
-            client.members if type(client) is ConnectionFields else client_members(client, drop_none=True),
+        prepared[1].value += 1
+        self.write_close(
+            prepared[2],
+            bytes_up,
+            bytes_down,
+            duration_s,
+            client.line_end if type(client) is ConnectionFields else client_line_end(client, drop_none=True),
         )
 
     def never_opened(

@@ -27,17 +27,20 @@ SCHEMA_VERSION = 1
 class _Clock:
     """RFC 3339 UTC timestamps; the seconds part is formatted once per second."""
 
-    # `second` and `line_format` are read by `AuditLog.write_members` without a call.
-    __slots__ = ("_text", "_time_format", "line_format", "second")
+    # `start` (the current second as a float) and `line_format` are read by `AuditLog`'s line
+    # writers without a call.
+    __slots__ = ("_text", "_time_format", "line_format", "second", "start")
 
     def __init__(self) -> None:
         self.second = -1
+        self.start = -2.0
         self._text = ""
         self.line_format = b""
         self._time_format = ""
 
     def tick(self, second: int) -> None:
         self.second = second
+        self.start = float(second)
         self._text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         # Everything a line starts with but the microseconds, as one bytes format: one
         # substitution per line instead of three.
@@ -83,7 +86,8 @@ def connection_fields(peer: object) -> ConnectionFields:
     else:
         fields = ConnectionFields(conn=conn)
     # orjson serializes the dict subclass as the dict it is.
-    fields.members = b"," + orjson.dumps(fields)[1:-1]
+    fields.members = members = b"," + orjson.dumps(fields)[1:-1]
+    fields.line_end = members + b"}\n"
     return fields
 
 
@@ -96,6 +100,14 @@ def client_members(client: Mapping[str, Any], *, drop_none: bool) -> bytes:
     if drop_none and None in client.values():
         client = {key: value for key, value in client.items() if value is not None}
     return b"," + json_members(client) if client else b""
+
+
+def client_line_end(client: Mapping[str, Any] | None, *, drop_none: bool) -> bytes:
+    """What a proxy line ends with: the connection's members (`client_members`), the closing brace
+    and the newline (`ConnectionFields.line_end` for the proxy's own connections)."""
+    if type(client) is ConnectionFields:
+        return client.line_end
+    return client_members(client or {}, drop_none=drop_none) + b"}\n"
 
 
 def new_connection_id() -> str:

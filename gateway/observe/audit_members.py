@@ -2,8 +2,9 @@
 
 Owns the bytes form of what `audit.AuditLog` writes on the proxy's hot path: a dict's members
 without its braces (`json_members`), a client connection's fields with their members serialized
-when the connection is accepted (`ConnectionFields`), and the members of a tunnel's close line that
-depend only on its decision (`close_members`), in the order `AuditLog.connection_closed` writes
+when the connection is accepted (`ConnectionFields`), the members of a close line that depend
+only on its decision (`close_members`), and a close line but its client's members as one format
+of its counts and duration (`close_format`), in the order `AuditLog.connection_closed` writes
 them, so a line joined from them is byte for byte the line built from a dict. Never writes a line
 itself, never decides which fields a line has beyond that order.
 """
@@ -47,9 +48,11 @@ class ConnectionFields(dict[str, Any]):
     no longer be its fields)."""
 
     # Set by `audit_fields.connection_fields`, which builds it with dict's own constructor (an
-    # `__init__` of ours would be one Python call more per connection).
-    __slots__ = ("members",)
+    # `__init__` of ours would be one Python call more per connection). `line_end` is `members`
+    # and the line's closing brace and newline: what every proxy line of the connection ends with.
+    __slots__ = ("line_end", "members")
     members: bytes
+    line_end: bytes
 
 
 def json_members(fields: Mapping[str, Any]) -> bytes:
@@ -58,6 +61,18 @@ def json_members(fields: Mapping[str, Any]) -> bytes:
     members that repeat from line to line (a decision's, a client's) are serialized once instead
     of built into a dict for every line."""
     return orjson.dumps(fields, default=str)[1:-1]
+
+
+def close_format(kind: str, principal: str, target: TunnelTarget, closing: bytes, after_rule: bytes) -> bytes:
+    """A close line's members but the client's, as one bytes format of its counts and duration
+    (`format % (bytes_up, bytes_down, duration)`, the duration as its JSON text): `event` to
+    `port`, the counts, `closing` (`close_reason` and `outcome` with a leading comma), the
+    decision's `generation`, `rule`, `rule_pattern`, then `after_rule` (a forwarded request's
+    members, the `address`), as `connection_closed` orders them."""
+    head, decided = close_members(kind, principal, target)
+    # A member's text may hold a `%` (a percent-encoded path): doubled, it formats as itself.
+    tail = closing + decided + after_rule
+    return head.replace(b"%", b"%%") + b',"bytes_up":%d,"bytes_down":%d,"duration_s":%s' + tail.replace(b"%", b"%%")
 
 
 def close_members(kind: str, principal: str, target: TunnelTarget) -> tuple[bytes, bytes]:

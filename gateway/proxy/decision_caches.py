@@ -21,7 +21,7 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
-from gateway.observe.audit_fields import client_members
+from gateway.observe.audit_fields import client_line_end
 from gateway.observe.audit_members import ConnectionFields, json_members
 from gateway.observe.loop_metrics import CounterChild
 from gateway.observe.verdicts import rule_for_code, verdict_of_failure
@@ -42,9 +42,15 @@ MAX_CACHED_HOSTS = 4096
 MAX_CACHED_TARGETS = 4096
 # Longer request targets are parsed every time: the cache must stay small (4096 entries of at most 512 B).
 MAX_CACHED_URL_BYTES = 512
-# (method, path[, status]) whose audit members are kept serialized; paths longer than the URL
-# bound are serialized every time, as their targets are parsed every time.
+# Allow and close lines whose members are kept serialized (per `AllowKey`, `CloseKey`); paths
+# longer than the URL bound are serialized every time, as their targets are parsed every time.
 MAX_CACHED_REQUEST_MEMBERS = 4096
+
+# An allow line's: kind, target id, principal, method, path, original_dst.
+AllowKey = tuple[str, int, str, str | None, str | None, str | None]
+# A forwarded request's close line's: kind, target id, principal, method, path, status,
+# address, close reason.
+CloseKey = tuple[str, int, str, bytes, str | None, int, str | None, str]
 
 _FORWARD_UP = metrics.HTTP_FORWARD_BYTES.labels("upstream")
 _FORWARD_DOWN = metrics.HTTP_FORWARD_BYTES.labels("downstream")
@@ -75,15 +81,14 @@ class ProxyDecisions:
         self._authorities: BoundedMemo[bytes, Authority] = BoundedMemo(MAX_CACHED_TARGETS)
         self._decision_counters: dict[tuple[str, str, str], CounterChild] = {}
         self._method_names: dict[bytes, str] = {}
-        # Per (kind, target): the target, its principal, the decision count and the allow line's
-        # members before the client's, serialized (`record_allow`).
-        self._allow_members: BoundedMemo[tuple[str, int], tuple[PinnedTarget, str, CounterChild, bytes]] = BoundedMemo(
-            MAX_CACHED_TARGETS
+        # Per `AllowKey`: the target, the decision count and the allow line's members but the
+        # client's, serialized (`record_allow`).
+        self._allow_lines: BoundedMemo[AllowKey, tuple[PinnedTarget, CounterChild, bytes]] = BoundedMemo(
+            MAX_CACHED_REQUEST_MEMBERS
         )
-        # A plain HTTP request's members with a leading comma: an allow line's `method`, `path`
-        # per (method, path), a close line's `method`, `path`, `status` per (method, path, status).
-        self._allow_requests: BoundedMemo[tuple[str, str | None], bytes] = BoundedMemo(MAX_CACHED_REQUEST_MEMBERS)
-        self._close_requests: BoundedMemo[tuple[bytes, str | None, int], bytes] = BoundedMemo(
+        # Per `CloseKey`: the target, the outcome count and the close line's format
+        # (`record_exchange_close`).
+        self._close_lines: BoundedMemo[CloseKey, tuple[PinnedTarget, CounterChild, bytes]] = BoundedMemo(
             MAX_CACHED_REQUEST_MEMBERS
         )
 
@@ -157,40 +162,53 @@ class ProxyDecisions:
         target = exchange.target
         if target is not None:
             # The counter children's own field: `inc()` would be one more call each.
-            _FORWARD_UP.value += exchange.bytes_up
-            _FORWARD_DOWN.value += exchange.bytes_down
+            bytes_up = exchange.bytes_up
+            bytes_down = exchange.bytes_down
+            _FORWARD_UP.value += bytes_up
+            _FORWARD_DOWN.value += bytes_down
             upstream = exchange.upstream
-            key = (exchange.method, exchange.audit_path, exchange.status)
-            request = self._close_requests.get(key)
-            if request is None:
-                request = self._close_request(key)
-            # The tunnel's close line with the request's members before the address: the members
-            # every line of this decision shares are serialized once, not built into a dict per request.
-            self.audit.tunnel_closed(
+            address = (upstream.key[1] or None) if upstream is not None else None
+            key = (
                 self.kind_override or "http",
+                id(target),
                 exchange.principal,
-                target,
-                address=(upstream.key[1] or None) if upstream is not None else None,
-                client=exchange.client.audit_fields,
-                bytes_up=exchange.bytes_up,
-                bytes_down=exchange.bytes_down,
-                duration_s=time.perf_counter() - exchange.started,
-                reason=reason,
-                request=request,
+                exchange.method,
+                exchange.audit_path,
+                exchange.status,
+                address,
+                reason,
+            )
+            prepared = self._close_lines.get(key)
+            # The target is held with its format: its id cannot be reused while the entry lives.
+            if prepared is None or prepared[0] is not target:
+                prepared = self._close_line(key, target)
+            prepared[1].value += 1
+            client = exchange.client.audit_fields
+            self.audit.write_close(
+                prepared[2],
+                bytes_up,
+                bytes_down,
+                time.perf_counter() - exchange.started,
+                client.line_end if type(client) is ConnectionFields else client_line_end(client, drop_none=True),
             )
 
-    def _close_request(self, key: tuple[bytes, str | None, int]) -> bytes:
-        """A close line's `method`, `path` (when audited) and `status` (when one came), serialized."""
-        method, path, status = key
-        request: dict[str, Any] = {"method": self.method_name(method)}
+    def _close_line(self, key: CloseKey, target: PinnedTarget) -> tuple[PinnedTarget, CounterChild, bytes]:
+        """A forwarded request's close line but its counts and client, as `AuditLog.close_format`:
+        the request's `method`, `path` (when audited), `status` (when one came) and the `address`
+        after the decision's members."""
+        kind, _, principal, method, path, status, address, reason = key
+        after: dict[str, Any] = {"method": self.method_name(method)}
         if path is not None:
-            request["path"] = path
+            after["path"] = path
         if status:
-            request["status"] = status
-        members = b"," + json_members(request)
+            after["status"] = status
+        if address is not None:
+            after["address"] = address
+        counter, line_format = self.audit.close_format(kind, principal, target, reason, b"," + json_members(after))
+        prepared = (target, counter, line_format)
         if path is None or len(path) <= MAX_CACHED_URL_BYTES:
-            self._close_requests.put(key, members)
-        return members
+            self._close_lines.put(key, prepared)
+        return prepared
 
     def count_decision(self, kind: str, decision: str, code: str) -> None:
         self._decision_counter(self.kind_override or kind, decision, code).inc()
@@ -216,41 +234,37 @@ class ProxyDecisions:
         """The allow (or report mode's would_deny) line and count of every surface's decision:
         CONNECT, plain HTTP, and a transparent connection (which adds the `original_dst` it dialed)."""
         kind = self.kind_override or kind
-        # Every member up to `rule_pattern` is the same on every line of this decision, so they
-        # are serialized once per decision; the request's and the client's members follow. The
-        # target is held with them: its id cannot be reused while the entry lives.
-        key = (kind, id(target))
-        prepared = self._allow_members.get(key)
-        if prepared is None or prepared[0] is not target or prepared[1] != principal.name:
-            counter, record = self._allow_line(kind, principal, target)
-            prepared = self._allow_members.put(key, (target, principal.name, counter, json_members(record)))
+        # Every member but the client's is the same on every line of this decision and request,
+        # so they are serialized once; the client's members are its connection's.
+        key = (kind, id(target), principal.name, method, path, original_dst)
+        prepared = self._allow_lines.get(key)
+        # The target is held with its members: its id cannot be reused while the entry lives.
+        if prepared is None or prepared[0] is not target:
+            prepared = self._allow_prepared(key, principal, target)
         # The counter child's own field: `inc()` would be one more call per line.
-        prepared[2].value += 1
-        client_part = (
-            client.members if type(client) is ConnectionFields else client_members(client or {}, drop_none=False)
+        prepared[1].value += 1
+        self.audit.write_line(
+            prepared[2],
+            client.line_end if type(client) is ConnectionFields else client_line_end(client, drop_none=False),
         )
-        if method is not None and original_dst is None:
-            request = self._allow_requests.get((method, path)) or self._allow_request(method, path)
-            self.audit.write_members(prepared[3], request, client_part)
-        elif path is not None or original_dst is not None:
-            rest: dict[str, Any] = {}
-            if method is not None:
-                rest["method"] = method
-            if path is not None:
-                rest["path"] = path
-            if original_dst is not None:
-                rest["original_dst"] = original_dst
-            self.audit.write_members(prepared[3], b"," + json_members(rest), client_part)
-        else:
-            self.audit.write_members(prepared[3], client_part)
 
-    def _allow_request(self, method: str, path: str | None) -> bytes:
-        """A plain HTTP allow line's `method` and `path` (when audited), serialized."""
-        request = {"method": method} if path is None else {"method": method, "path": path}
-        members = b"," + json_members(request)
+    def _allow_prepared(
+        self, key: AllowKey, principal: Principal, target: PinnedTarget
+    ) -> tuple[PinnedTarget, CounterChild, bytes]:
+        """An allow line's count and its members but the client's: the decision's up to
+        `rule_pattern`, then `method`, `path` and `original_dst` when given."""
+        kind, _, _, method, path, original_dst = key
+        counter, record = self._allow_line(kind, principal, target)
+        if method is not None:
+            record["method"] = method
+        if path is not None:
+            record["path"] = path
+        if original_dst is not None:
+            record["original_dst"] = original_dst
+        prepared = (target, counter, json_members(record))
         if path is None or len(path) <= MAX_CACHED_URL_BYTES:
-            self._allow_requests.put((method, path), members)
-        return members
+            self._allow_lines.put(key, prepared)
+        return prepared
 
     def _allow_line(self, kind: str, principal: Principal, target: PinnedTarget) -> tuple[CounterChild, dict[str, Any]]:
         """The decision count and the members of an allow line up to `rule_pattern`."""

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -59,14 +62,20 @@ CLIENTS = [
 ]
 
 
+# Durations whose JSON text takes each of orjson's forms: zero, under 100 µs (where Python's
+# repr would write an exponent), a plain decimal, whole seconds, and a large one.
+DURATIONS = [0.0, 0.0000151, 0.0123456789, 3.0, 98765.4321]
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("duration", DURATIONS)
 def test_a_tunnels_close_line_is_the_generic_close_line(
-    tmp_path: Path, target: PinnedTarget, client: dict[str, Any]
+    tmp_path: Path, target: PinnedTarget, client: dict[str, Any], duration: float
 ) -> None:
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path))
-    fields: dict[str, Any] = {"bytes_up": 517, "bytes_down": 4096, "duration_s": 0.0123456789, "reason": "client_reset"}
+    fields: dict[str, Any] = {"bytes_up": 517, "bytes_down": 4096, "duration_s": duration, "reason": "client_reset"}
     for _ in range(2):  # the second line comes from the members kept for this decision
         audit.tunnel_closed("connect", "agent", target, address="127.0.0.3", client=client, **fields)
     audit.connection_closed(
@@ -139,6 +148,7 @@ def test_a_close_line_follows_its_own_decision_not_an_earlier_ones(tmp_path: Pat
 REQUESTS = [
     pytest.param(None, None, id="connect"),
     pytest.param("GET", "/docs/a", id="http-method-and-path"),
+    pytest.param("GET", "/a%20b%s%d%%", id="http-percent-in-path"),
     pytest.param("POST", None, id="http-paths-off"),
 ]
 
@@ -219,6 +229,8 @@ class _Upstream:
 
 EXCHANGES = [
     pytest.param("GET", "/docs/a", 200, "127.0.0.3", id="answered"),
+    # A percent in a member's text must come out as itself from the close line's format.
+    pytest.param("GET", "/a%20b%s%d%%", 200, "127.0.0.3", id="percent-in-path"),
     pytest.param("POST", None, 502, "127.0.0.3", id="paths-off"),
     pytest.param("GET", "/docs/a", 0, "", id="no-status-no-address"),
     pytest.param("HEAD", "/", 204, None, id="never-dialed"),
@@ -280,3 +292,72 @@ def test_a_forwarded_requests_close_line_is_the_generic_close_line(
     assert prepared == generic
     assert again == generic_again
     assert b'"outcome":"ok"' in prepared
+
+
+def _exchange(client: dict[str, Any], target: PinnedTarget, method: str, http_path: str | None) -> ForwardExchange:
+    exchange = ForwardExchange(
+        cast(ClientSide, _Client(client)),
+        method.encode(),
+        chunked_request=False,
+        client_http10=False,
+        client_keep_alive=True,
+    )
+    exchange.target = target
+    exchange.principal = "agent"
+    exchange.audit_path = http_path
+    return exchange
+
+
+def test_each_request_line_takes_its_own_members_when_they_alternate(tmp_path: Path) -> None:
+    """Lines kept per decision and request: alternating principals, paths, statuses, addresses
+    and close reasons on one target each get their own members, and each outcome is counted."""
+    path = tmp_path / "audit.log"
+    audit = AuditLog(str(path))
+    decisions = ProxyDecisions(audit)
+    target = _target()
+    client = connection_fields(("127.0.0.9", 40123))
+    ok, timeout = metrics.OUTCOMES.labels("http", "ok"), metrics.OUTCOMES.labels("http", "timeout")
+    counted = ok.value, timeout.value
+    requests = [
+        ("agent", "/a", 200, "127.0.0.3", "client_closed"),
+        ("other", "/b", 404, "::1", "idle_timeout"),
+        ("agent", "/a", 200, "127.0.0.3", "client_closed"),
+        ("agent", "/b", 200, None, "idle_timeout"),
+    ]
+    for principal, http_path, status, address, reason in requests:
+        decisions.record_allow("http", Principal(principal), target, method="GET", path=http_path, client=client)
+        exchange = _exchange(client, target, "GET", http_path)
+        exchange.principal = principal
+        exchange.status = status
+        exchange.upstream = None if address is None else cast(UpstreamConnection, _Upstream(address))
+        decisions.record_exchange_close(exchange, reason)
+    audit.close()
+    lines = [json.loads(line) for line in path.read_bytes().splitlines()]
+    allows, closes = lines[0::2], lines[1::2]
+    assert [(line["principal"], line["path"]) for line in allows] == [(r[0], r[1]) for r in requests]
+    assert [
+        (line["principal"], line["path"], line["status"], line.get("address"), line["close_reason"]) for line in closes
+    ] == requests
+    assert all(line["conn"] == client["conn"] for line in lines)
+    assert (ok.value, timeout.value) == (counted[0] + 2, counted[1] + 2)
+
+
+def test_a_prepared_lines_time_is_the_moment_it_was_written(tmp_path: Path) -> None:
+    """The line start computed inline (the second formatted once, its microseconds per line)."""
+    path = tmp_path / "audit.log"
+    audit = AuditLog(str(path))
+    decisions = ProxyDecisions(audit)
+    target = _target()
+    client = connection_fields(("127.0.0.9", 40123))
+    exchange = _exchange(client, target, "GET", "/a")
+    before = time.time()
+    decisions.record_allow("http", Principal("agent"), target, method="GET", path="/a", client=client)
+    decisions.record_exchange_close(exchange, "client_closed")
+    after = time.time()
+    audit.close()
+    for line in path.read_bytes().splitlines():
+        stamp = json.loads(line)["time"]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp)
+        written = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+        # Truncated to the microsecond, as the line start writes it.
+        assert int(before * 1e6) / 1e6 - 1e-6 <= written <= after
