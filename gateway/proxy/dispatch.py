@@ -21,7 +21,7 @@ from gateway.memo import BoundedMemo
 from gateway.observe import metrics
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.decision_caches import MAX_CACHED_TARGETS, MAX_CACHED_URL_BYTES, ForwardTarget, ProxyDecisions
-from gateway.proxy.exchange import ForwardExchange, ParsedRequest, build_request_head
+from gateway.proxy.exchange import ForwardExchange, build_request_head
 from gateway.proxy.forward import UpstreamConnection
 from gateway.proxy.pool import UpstreamPool
 from gateway.tasks import spawn
@@ -40,40 +40,32 @@ class ForwardDispatcher:
         # targets themselves (the same bound): decoding and splitting it costs 4 k instructions.
         self._audit_paths: BoundedMemo[bytes, str] = BoundedMemo(MAX_CACHED_TARGETS)
 
-    def start(self, request: ParsedRequest) -> None:
+    def start(self, exchange: ForwardExchange) -> None:
         """Decide and send: synchronously when no DNS query is needed, else in an owned task."""
-        exchange, url, headers, named = request.exchange, request.url, request.headers, request.connection_named
-        authorization = request.authorization
-        loaded = self.core.loaded
+        authorization = exchange.authorization
+        loaded = self.core.policy.current
         principal: Principal | None = None
         forward: ForwardTarget | None = None
         try:
             principal = self.decisions.principal_for(loaded, authorization)
-            forward = self.decisions.forward_target(url)
+            forward = self.decisions.forward_target(exchange.url)
             target = self.core.pin_cached(principal, forward.host, forward.port, loaded)
         except GatewayError as error:
             claimed = self.decisions.claimed_principal(authorization) if principal is None else None
             self._deny(exchange, error, loaded, principal, forward, claimed=claimed)
             return
         if target is None:
-            spawn(self._pin_then_send(exchange, principal, forward, headers, loaded, named=named), name="proxy-forward")
+            spawn(self._pin_then_send(exchange, principal, forward, loaded), name="proxy-forward")
             return
-        self._send(exchange, principal, forward, target, headers, loaded=loaded, named=named)
+        self._send(exchange, principal, forward, target, loaded)
 
     def retry(self, exchange: ForwardExchange) -> None:
         """Send a request again on a fresh connection (a pooled one died before answering it)."""
-        timeout_s = self.core.loaded.policy.proxy.connect_timeout_s
+        timeout_s = self.core.policy.current.policy.proxy.connect_timeout_s
         spawn(self._send_on_fresh_connection(exchange, exchange.request_head, timeout_s), name="proxy-retry")
 
     async def _pin_then_send(
-        self,
-        exchange: ForwardExchange,
-        principal: Principal,
-        forward: ForwardTarget,
-        headers: list[tuple[bytes, bytes]],
-        loaded: LoadedPolicy,
-        *,
-        named: frozenset[bytes],
+        self, exchange: ForwardExchange, principal: Principal, forward: ForwardTarget, loaded: LoadedPolicy
     ) -> None:
         try:
             target = await self.core.pin(principal, forward.host, forward.port, loaded=loaded)
@@ -82,7 +74,7 @@ class ForwardDispatcher:
             return
         if exchange.client.closed:
             return  # the client left while we resolved; its connection_lost already cleaned up
-        self._send(exchange, principal, forward, target, headers, loaded=loaded, named=named)
+        self._send(exchange, principal, forward, target, loaded)
 
     def _send(
         self,
@@ -90,10 +82,7 @@ class ForwardDispatcher:
         principal: Principal,
         forward: ForwardTarget,
         target: PinnedTarget,
-        headers: list[tuple[bytes, bytes]],
-        *,
         loaded: LoadedPolicy,
-        named: frozenset[bytes],
     ) -> None:
         exchange.principal = principal.name
         exchange.principal_rule = principal
@@ -110,13 +99,14 @@ class ForwardDispatcher:
             path=exchange.audit_path,
             client=exchange.client.audit_fields,
         )
-        settings = loaded.policy.proxy
-        exchange.max_response_bytes = settings.max_response_bytes
-        exchange.response_idle_s = settings.idle_timeout_s
-        exchange.response_head_s = settings.response_head_timeout_s
-        exchange.response_total_s = settings.response_timeout_s
+        settings = exchange.settings = loaded.policy.proxy
         head = build_request_head(
-            exchange.method, forward.origin_form, forward.authority, headers, exchange.chunked_request, named=named
+            exchange.method,
+            forward.origin_form,
+            forward.authority,
+            exchange.headers,
+            exchange.chunked_request,
+            named=exchange.connection_named,
         )
         upstream = self.pool.acquire(principal.name, target)
         if upstream is None:
