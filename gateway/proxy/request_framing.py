@@ -102,6 +102,7 @@ class RequestFraming(Generic[H]):
     __slots__ = (
         "_authorization",
         "_chunked",
+        "_connect",
         "_connection_values",
         "_events",
         "_head_size",
@@ -125,6 +126,7 @@ class RequestFraming(Generic[H]):
         self._headers: list[tuple[bytes, bytes]] = []
         self._authorization: bytes | None = None
         self._chunked = False
+        self._connect = False  # the head was a CONNECT (no HTTP follows it)
         self._connection_values: list[bytes] = []
         self._proxy_connection = False  # the head has a Proxy-Connection field
         self._raw_head_bytes = 0
@@ -247,6 +249,7 @@ class RequestFraming(Generic[H]):
         self._head_size = 0  # from here on it counts trailer bytes
         method = parser.get_method()
         if method == b"CONNECT":
+            self._connect = True
             return  # httptools raises HttpParserUpgrade next; `feed` turns it into a ConnectHead
         keep_alive = parser.should_keep_alive()
         # llhttp keeps an HTTP/1.0 (or 0.9, 2.0) request alive only when a Connection or
@@ -282,10 +285,10 @@ class RequestFraming(Generic[H]):
     def on_message_complete(self) -> None:
         self._in_head = True
         self._head_size = 0  # the next head's (it counted this message's trailers)
+        if self._connect:
+            return  # no HTTP message follows: `feed` hands the rest to the tunnel
         parser = self._parser
         assert parser is not None  # callbacks run inside feed_data
-        if parser.get_method() == b"CONNECT":
-            return  # no HTTP message follows: `feed` hands the rest to the tunnel
         if not parser.should_keep_alive():
             self._no_more_requests = True
         self._events.append(_END)
