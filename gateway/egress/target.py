@@ -182,6 +182,21 @@ class EgressCore:
             key, self._vet_addresses(loaded, principal, host, port, addresses=addresses, verdict=verdict, dns_s=0.0)
         )
 
+    def still_pinned(self, target: PinnedTarget, loaded: LoadedPolicy) -> bool:
+        """Whether `target`, which `pin_cached` or `pin` returned for some (principal, host, port),
+        is what `pin_cached` would return for them now: the same policy generation (so the same
+        name verdict and address guard) and, for a name, the resolver's cached answer still the
+        very tuple it was vetted with (not expired, not replaced). False: ask `pin_cached` again.
+
+        Raises the admission refusal exactly as `pin_cached` does. Lets a keep-alive connection
+        that repeats its request reuse its decision without widening it."""
+        if self.admission is not None and (refusal := self.admission()) is not None:
+            raise refusal
+        if target.generation != loaded.generation:
+            return False
+        host = target.host
+        return host.ip is not None or self.resolver.cached_addresses(host.name) is target.addresses
+
     def _same_generation(self, loaded: LoadedPolicy) -> None:
         """Remembered outcomes belong to one policy generation: a reload forgets them all."""
         if loaded.generation != self._memo_generation:

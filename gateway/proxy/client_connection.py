@@ -42,6 +42,7 @@ from gateway.tasks import spawn
 
 if TYPE_CHECKING:
     from gateway.egress.connect import PinnedDial
+    from gateway.proxy.dispatch import KeptDecision
     from gateway.proxy.server import ProxyServer
 
 
@@ -67,6 +68,7 @@ class ClientConnection(asyncio.Protocol):
         "_request",
         "_tunnel",
         "audit_fields",
+        "kept_decision",
         "server",
         "transport",
     )
@@ -96,6 +98,7 @@ class ClientConnection(asyncio.Protocol):
         # attempts (`DialDeadline`).
         self._dial: PinnedDial[UpstreamTunnelProtocol] | None = None
         self._request: TunnelRequest | None = None
+        self.kept_decision: KeptDecision | None = None  # the dispatcher's, for the next request
 
     @property
     def closed(self) -> bool:

@@ -29,6 +29,28 @@ from gateway.tasks import spawn
 _HTTP_LATENCY = metrics.CONNECT_SECONDS.labels("http")
 
 
+class KeptDecision:
+    """A client connection's last decision from cached state, for its next request: the same
+    credential and absolute URI under the same generation get the same principal and target
+    (`EgressCore.still_pinned` checks that the target still holds, as `pin_cached` would)."""
+
+    __slots__ = ("authorization", "forward", "principal", "target", "url")
+
+    def __init__(
+        self,
+        authorization: bytes | None,
+        url: bytes,
+        principal: Principal,
+        forward: ForwardTarget,
+        target: PinnedTarget,
+    ) -> None:
+        self.authorization = authorization
+        self.url = url
+        self.principal = principal
+        self.forward = forward
+        self.target = target
+
+
 class ForwardDispatcher:
     """Shared by every client connection of a listener: the decision and the upstream choice."""
 
@@ -42,13 +64,24 @@ class ForwardDispatcher:
 
     def start(self, exchange: ForwardExchange) -> None:
         """Decide and send: synchronously when no DNS query is needed, else in an owned task."""
-        authorization = exchange.authorization
+        authorization, url, client = exchange.authorization, exchange.url, exchange.client
         loaded = self.core.policy.current
+        kept = client.kept_decision
+        # A keep-alive connection repeating its request: its last decision, if it still holds.
+        if kept is not None and kept.url == url and kept.authorization == authorization:
+            try:
+                holds = self.core.still_pinned(kept.target, loaded)
+            except GatewayError as error:
+                self._deny(exchange, error, loaded, kept.principal, kept.forward)
+                return
+            if holds:
+                self._send(exchange, kept.principal, kept.forward, kept.target, loaded)
+                return
         principal: Principal | None = None
         forward: ForwardTarget | None = None
         try:
             principal = self.decisions.principal_for(loaded, authorization)
-            forward = self.decisions.forward_target(exchange.url)
+            forward = self.decisions.forward_target(url)
             target = self.core.pin_cached(principal, forward.host, forward.port, loaded)
         except GatewayError as error:
             claimed = self.decisions.claimed_principal(authorization) if principal is None else None
@@ -57,6 +90,7 @@ class ForwardDispatcher:
         if target is None:
             spawn(self._pin_then_send(exchange, principal, forward, loaded), name="proxy-forward")
             return
+        client.kept_decision = KeptDecision(authorization, url, principal, forward, target)
         self._send(exchange, principal, forward, target, loaded)
 
     def retry(self, exchange: ForwardExchange) -> None:
@@ -72,8 +106,10 @@ class ForwardDispatcher:
         except GatewayError as error:
             self._deny(exchange, error, loaded, principal, forward)
             return
-        if exchange.client.closed:
+        client = exchange.client
+        if client.closed:
             return  # the client left while we resolved; its connection_lost already cleaned up
+        client.kept_decision = KeptDecision(exchange.authorization, exchange.url, principal, forward, target)
         self._send(exchange, principal, forward, target, loaded)
 
     def _send(

@@ -25,6 +25,7 @@ from gateway.policy.model import Principal, ProxySettings
 from gateway.proxy.heads import HOP_BY_HOP, connection_tokens
 
 if TYPE_CHECKING:
+    from gateway.proxy.dispatch import KeptDecision
     from gateway.proxy.forward import UpstreamConnection
 
 WRITE_HIGH_WATER_BYTES = 256 * 1024
@@ -55,6 +56,8 @@ class ClientSide(Protocol):
     transport: asyncio.Transport
     # `conn`, `client_ip`, `client_port`: what every audit line of this connection carries.
     audit_fields: dict[str, Any]
+    # Its last request's decision, which the dispatcher may reuse for the next (`KeptDecision`).
+    kept_decision: KeptDecision | None
 
     @property
     def closed(self) -> bool: ...
