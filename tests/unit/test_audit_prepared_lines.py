@@ -290,13 +290,8 @@ def test_a_forwarded_requests_close_line_is_the_generic_close_line(
 
 
 def _exchange(client: dict[str, Any], target: PinnedTarget, method: str, http_path: str | None) -> ForwardExchange:
-    exchange = ForwardExchange(
-        cast(ClientSide, _Client(client)),
-        method.encode(),
-        chunked_request=False,
-        client_http10=False,
-        client_keep_alive=True,
-    )
+    exchange = ForwardExchange(method.encode(), b"http://a/", [], None, frozenset(), False, False, True)
+    exchange.client = cast(ClientSide, _Client(client))
     exchange.target = target
     exchange.principal = "agent"
     exchange.audit_path = http_path
