@@ -206,7 +206,7 @@ async def serve_gateway(policy_path: str, nameserver: str, audit_path: str, port
     """The gateway's proxy with its production wiring minus the other listeners."""
     holder = PolicyHolder(policy_path)
     resolver = Resolver([nameserver])
-    core = EgressCore(resolver, lambda: holder.current, own_addresses(["127.0.0.1"]))
+    core = EgressCore(resolver, holder, own_addresses(["127.0.0.1"]))
     server = ProxyServer(core, AuditLog(audit_path))
     await server.start("127.0.0.1", port)
     # As gateway/app.py does after start-up: start-up objects stay out of later full collections.

@@ -179,7 +179,7 @@ class Gateway:
         self.resolver = Resolver(self.settings.nameservers, timeout_s=self.settings.dns_timeout_s)
         self.core = EgressCore(
             self.resolver,
-            lambda: self.policy.current,
+            self.policy,
             own_addresses(listen.host for listen in self.settings.listen_addresses),
             on_dns=_record_dns,
         )

@@ -51,6 +51,7 @@ async def check(settings: Settings, url: str, principal_name: str | None) -> int
     from gateway.egress.resolver import Resolver  # noqa: PLC0415
     from gateway.egress.target import EgressCore  # noqa: PLC0415
     from gateway.policy.decide import vet_url_for  # noqa: PLC0415
+    from gateway.policy.holder import FixedPolicy  # noqa: PLC0415
     from gateway.policy.load import load_policy_file  # noqa: PLC0415
     from gateway.policy.model import LoadedPolicy  # noqa: PLC0415
 
@@ -70,7 +71,9 @@ async def check(settings: Settings, url: str, principal_name: str | None) -> int
         # then the egress core's decision: check and /v1/fetch cannot disagree.
         vetted = vet_url_for(policy, url)
         result["host"] = vetted.host.name
-        core = EgressCore(resolver, lambda: loaded, own_addresses(listen.host for listen in settings.listen_addresses))
+        core = EgressCore(
+            resolver, FixedPolicy(loaded), own_addresses(listen.host for listen in settings.listen_addresses)
+        )
         target = await core.pin(principal, vetted.host, vetted.port)
         result["addresses"] = list(target.address_texts)
         if target.would_deny is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gateway.egress.resolver import Resolver
 from gateway.errors import ErrorCode, GatewayError
@@ -61,18 +62,27 @@ class PinnedTarget:
         return self.host.name
 
 
+class PolicySource(Protocol):
+    """Where the policy in force is read (`PolicyHolder`, or `FixedPolicy` for a one-shot command)."""
+
+    @property
+    def current(self) -> LoadedPolicy: ...
+
+
 class EgressCore:
     """Holds the resolver and the per-generation address guard; decides and pins targets."""
 
     def __init__(
         self,
         resolver: Resolver,
-        policy_source: Callable[[], LoadedPolicy],
+        policy: PolicySource,
         own_addresses: tuple[IPAddress | IPNetwork, ...],
         on_dns: Callable[[float], None] | None = None,
     ) -> None:
         self.resolver = resolver
-        self._policy_source = policy_source
+        # Read as `policy.current` on the proxy's per-request path: an attribute read, not the
+        # three Python calls of a property calling a function calling a property.
+        self.policy = policy
         self._own_addresses = own_addresses
         self._guard_generation = -1
         self._guard = AddressGuard()
@@ -85,7 +95,7 @@ class EgressCore:
 
     @property
     def loaded(self) -> LoadedPolicy:
-        return self._policy_source()
+        return self.policy.current
 
     def guard_for(self, loaded: LoadedPolicy) -> AddressGuard:
         if loaded.generation != self._guard_generation:
@@ -171,6 +181,21 @@ class EgressCore:
         return self._remembered.put(
             key, self._vet_addresses(loaded, principal, host, port, addresses=addresses, verdict=verdict, dns_s=0.0)
         )
+
+    def still_pinned(self, target: PinnedTarget, loaded: LoadedPolicy) -> bool:
+        """Whether `target`, which `pin_cached` or `pin` returned for some (principal, host, port),
+        is what `pin_cached` would return for them now: the same policy generation (so the same
+        name verdict and address guard) and, for a name, the resolver's cached answer still the
+        very tuple it was vetted with (not expired, not replaced). False: ask `pin_cached` again.
+
+        Raises the admission refusal exactly as `pin_cached` does. Lets a keep-alive connection
+        that repeats its request reuse its decision without widening it."""
+        if self.admission is not None and (refusal := self.admission()) is not None:
+            raise refusal
+        if target.generation != loaded.generation:
+            return False
+        host = target.host
+        return host.ip is not None or self.resolver.cached_addresses(host.name) is target.addresses
 
     def _same_generation(self, loaded: LoadedPolicy) -> None:
         """Remembered outcomes belong to one policy generation: a reload forgets them all."""

@@ -32,6 +32,15 @@ class PolicyFileChanging(Exception):
     """The file changed while it was read: not a policy error, read it again later."""
 
 
+class FixedPolicy:
+    """A policy that is never reloaded (a one-shot command): what `EgressCore` reads as `current`."""
+
+    __slots__ = ("current",)
+
+    def __init__(self, loaded: LoadedPolicy) -> None:
+        self.current = loaded
+
+
 class PolicyHolder:
     """The current policy and its generation; reloads from the file, keeping the last good one."""
 
@@ -49,12 +58,9 @@ class PolicyHolder:
             except PolicyFileChanging:
                 if attempt == START_READ_ATTEMPTS - 1:
                     raise PolicyError([f"{self.path}:0: the policy file kept changing while it was read"]) from None
-        self._loaded = LoadedPolicy(parse_policy(text, str(self.path)), 1)
+        # An attribute, not a property: the proxy reads it on every request (`EgressCore.policy`).
+        self.current = LoadedPolicy(parse_policy(text, str(self.path)), 1)
         self._pending: FileStamp | None = None
-
-    @property
-    def current(self) -> LoadedPolicy:
-        return self._loaded
 
     @property
     def digest(self) -> str:
@@ -112,24 +118,24 @@ class PolicyHolder:
             return self._failed(exc)
         self._stamp = stamp
         if digest == self._digest:
-            log.info("policy file unchanged (sha256 %s), generation %d kept", digest[:12], self._loaded.generation)
+            log.info("policy file unchanged (sha256 %s), generation %d kept", digest[:12], self.current.generation)
             if self._on_reload:
-                self._on_reload(True, self._loaded.generation)
+                self._on_reload(True, self.current.generation)
             return True
         try:
             policy = parse_policy(text, str(self.path))
         except PolicyError as exc:
             return self._failed(exc)
         self._digest = digest
-        self._loaded = LoadedPolicy(policy, self._loaded.generation + 1)
-        log.info("policy reloaded from %s, generation %d", self.path, self._loaded.generation)
+        self.current = LoadedPolicy(policy, self.current.generation + 1)
+        log.info("policy reloaded from %s, generation %d", self.path, self.current.generation)
         if self._on_reload:
-            self._on_reload(True, self._loaded.generation)
+            self._on_reload(True, self.current.generation)
         return True
 
     def _failed(self, exc: PolicyError) -> bool:
         self._stamp = self._file_stamp()
-        log.error("policy reload failed, keeping generation %d: %s", self._loaded.generation, exc)
+        log.error("policy reload failed, keeping generation %d: %s", self.current.generation, exc)
         if self._on_reload:
-            self._on_reload(False, self._loaded.generation)
+            self._on_reload(False, self.current.generation)
         return False

@@ -31,10 +31,10 @@ from gateway.observe import metrics
 from gateway.observe.audit_fields import connection_fields
 from gateway.proxy.connection_deadlines import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
 from gateway.proxy.deadline import LazyDeadline
-from gateway.proxy.exchange import NOT_PAUSED, ForwardExchange, ParsedRequest, PauseReason
+from gateway.proxy.exchange import NOT_PAUSED, ForwardExchange, PauseReason
 from gateway.proxy.heads import error_response
 from gateway.proxy.live_permission import REVOKED_REASON, revocation
-from gateway.proxy.request_framing import ConnectHead, RequestBody, RequestEnd, RequestFraming, RequestHead
+from gateway.proxy.request_framing import ConnectHead, RequestBody, RequestEnd, RequestFraming
 from gateway.proxy.sni import MAX_PEEK_BYTES
 from gateway.proxy.tunnel import DialedUpstream, Tunnel, UpstreamTunnelProtocol
 from gateway.proxy.tunnel_opener import TunnelRequest
@@ -42,7 +42,12 @@ from gateway.tasks import spawn
 
 if TYPE_CHECKING:
     from gateway.egress.connect import PinnedDial
+    from gateway.proxy.dispatch import KeptDecision
     from gateway.proxy.server import ProxyServer
+
+
+# The unlabelled histogram's child, bound once: the family's `observe` is one more call per request.
+_FORWARD_SECONDS = metrics.HTTP_FORWARD_SECONDS.labels()
 
 
 class ClientConnection(asyncio.Protocol):
@@ -63,6 +68,7 @@ class ClientConnection(asyncio.Protocol):
         "_request",
         "_tunnel",
         "audit_fields",
+        "kept_decision",
         "server",
         "transport",
     )
@@ -72,10 +78,11 @@ class ClientConnection(asyncio.Protocol):
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
         self.audit_fields: dict[str, Any] = {}
         # None once the connection is a tunnel (or refused): its parser's memory is freed.
-        self._framing: RequestFraming | None = RequestFraming()
+        # Each head it parses is made into its exchange at once (one object per request).
+        self._framing: RequestFraming[ForwardExchange] | None = RequestFraming(ForwardExchange)
         self._exchange: ForwardExchange | None = None
         self._receiving: ForwardExchange | None = None
-        self._queued: deque[ParsedRequest] = deque()
+        self._queued: deque[ForwardExchange] = deque()
         self._tunnel: Tunnel | None = None
         self._connecting = False
         # Client bytes that arrive while a CONNECT is being dialed (a ClientHello sent eagerly):
@@ -91,6 +98,7 @@ class ClientConnection(asyncio.Protocol):
         # attempts (`DialDeadline`).
         self._dial: PinnedDial[UpstreamTunnelProtocol] | None = None
         self._request: TunnelRequest | None = None
+        self.kept_decision: KeptDecision | None = None  # the dispatcher's, for the next request
 
     @property
     def closed(self) -> bool:
@@ -107,7 +115,7 @@ class ClientConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.audit_fields = connection_fields(transport.get_extra_info("peername"))
         self.server.connections.add(self)
-        self._limits.accepted(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
+        self._limits.accepted(time.monotonic(), self.server.core.policy.current.policy.proxy.head_timeout_s)
         self._deadline.set_at(self._limits.at)
 
     def data_received(self, data: bytes) -> None:
@@ -131,7 +139,7 @@ class ClientConnection(asyncio.Protocol):
         was_idle = limits.reason is ClientDeadline.KEEP_ALIVE_IDLE
         for event in framing.feed(data):
             # The events of a bodiless request first: one isinstance call each.
-            if isinstance(event, RequestHead):
+            if isinstance(event, ForwardExchange):
                 self._request_head(event)
             elif isinstance(event, RequestEnd):
                 self._request_end()
@@ -147,7 +155,7 @@ class ClientConnection(asyncio.Protocol):
                 self._refuse(event.error)
                 return
         if was_idle and limits.reason is ClientDeadline.KEEP_ALIVE_IDLE:
-            limits.bytes_arrived(time.monotonic(), self.server.core.loaded.policy.proxy.head_timeout_s)
+            limits.bytes_arrived(time.monotonic(), self.server.core.policy.current.policy.proxy.head_timeout_s)
             self._deadline.set_at(limits.at)
 
     def eof_received(self) -> bool | None:
@@ -168,7 +176,7 @@ class ClientConnection(asyncio.Protocol):
             return
         if not self._connecting:
             self._deadline.release()  # while dialing, the entry still bounds the dial
-        for exchange in [self._exchange, *(queued.exchange for queued in self._queued)]:
+        for exchange in [self._exchange, *self._queued]:
             if exchange is not None and exchange.upstream is not None:
                 upstream = exchange.upstream
                 upstream.exchange = None
@@ -191,23 +199,16 @@ class ClientConnection(asyncio.Protocol):
             self._exchange.upstream.resume_reading()
 
     # request events ---------------------------------------------------------------------------
-    def _request_head(self, head: RequestHead) -> None:
+    def _request_head(self, exchange: ForwardExchange) -> None:
         self._limits.request_started()  # no deadline of ours while the request is served
-        exchange = ForwardExchange(
-            self,
-            head.method,
-            chunked_request=head.chunked,
-            client_http10=head.http10,
-            client_keep_alive=head.keep_alive,
-        )
+        exchange.client = self
         self._receiving = exchange
-        item = ParsedRequest(exchange, head.url, head.headers, head.authorization, head.connection_named)
         if self._exchange is None:
             self._exchange = exchange
-            self.server.dispatcher.start(item)
+            self.server.dispatcher.start(exchange)
         else:
             # Pipelined: answer in order, and read no further until this one's turn.
-            self._queued.append(item)
+            self._queued.append(exchange)
             self.pause_client_reading(PauseReason.PIPELINE)
 
     def _request_end(self) -> None:
@@ -231,7 +232,7 @@ class ClientConnection(asyncio.Protocol):
 
     def response_finished(self, exchange: ForwardExchange, *, keep_alive: bool, reason: str) -> None:
         # One histogram per request (latency); sizes are in the close audit line.
-        metrics.HTTP_FORWARD_SECONDS.observe(time.perf_counter() - exchange.started)
+        _FORWARD_SECONDS.observe(time.perf_counter() - exchange.started)
         server = self.server
         server.decisions.record_exchange_close(exchange, reason)
         self._exchange = None
@@ -248,7 +249,7 @@ class ClientConnection(asyncio.Protocol):
             self._next_exchange()
             return
         # `_next_exchange` with nothing queued, inline: once per keep-alive request.
-        limits.response_finished(time.monotonic(), server.core.loaded.policy.proxy.idle_timeout_s)
+        limits.response_finished(time.monotonic(), server.core.policy.current.policy.proxy.idle_timeout_s)
         self._deadline.set_at(limits.at)
 
     def fail_exchange(self, exchange: ForwardExchange, code: str, message: str) -> None:
@@ -290,13 +291,12 @@ class ClientConnection(asyncio.Protocol):
 
     def _next_exchange(self) -> None:
         if self._queued:
-            item = self._queued.popleft()
-            self._exchange = item.exchange
+            exchange = self._exchange = self._queued.popleft()
             if not self._queued:
                 self.resume_client_reading(PauseReason.PIPELINE)
-            self.server.dispatcher.start(item)
+            self.server.dispatcher.start(exchange)
             return
-        self._limits.response_finished(time.monotonic(), self.server.core.loaded.policy.proxy.idle_timeout_s)
+        self._limits.response_finished(time.monotonic(), self.server.core.policy.current.policy.proxy.idle_timeout_s)
         self._deadline.set_at(self._limits.at)
 
     def _begin_connect(self, head: ConnectHead) -> None:
@@ -402,7 +402,7 @@ class ClientConnection(asyncio.Protocol):
             # Mid-body: the request already went upstream; nothing consistent can be sent back.
             self.abort("malformed_request")
             return
-        generation = self.server.core.loaded.generation
+        generation = self.server.core.policy.current.generation
         self.server.decisions.record_deny(
             "http", None, None, None, error=error, generation=generation, client=self.audit_fields
         )
@@ -421,7 +421,7 @@ class ClientConnection(asyncio.Protocol):
             return
         upstream = exchange.upstream
         address = upstream.key[1] if upstream is not None else exchange.target.address_texts[0]
-        loaded = self.server.core.loaded
+        loaded = self.server.core.policy.current
         if revocation(self.server.core, loaded, exchange.principal_rule, exchange.target, address) is None:
             return
         if upstream is not None:

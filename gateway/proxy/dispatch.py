@@ -21,12 +21,34 @@ from gateway.memo import BoundedMemo
 from gateway.observe import metrics
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.decision_caches import MAX_CACHED_TARGETS, MAX_CACHED_URL_BYTES, ForwardTarget, ProxyDecisions
-from gateway.proxy.exchange import ForwardExchange, ParsedRequest, build_request_head
+from gateway.proxy.exchange import ForwardExchange, build_request_head
 from gateway.proxy.forward import UpstreamConnection
 from gateway.proxy.pool import UpstreamPool
 from gateway.tasks import spawn
 
 _HTTP_LATENCY = metrics.CONNECT_SECONDS.labels("http")
+
+
+class KeptDecision:
+    """A client connection's last decision from cached state, for its next request: the same
+    credential and absolute URI under the same generation get the same principal and target
+    (`EgressCore.still_pinned` checks that the target still holds, as `pin_cached` would)."""
+
+    __slots__ = ("authorization", "forward", "principal", "target", "url")
+
+    def __init__(
+        self,
+        authorization: bytes | None,
+        url: bytes,
+        principal: Principal,
+        forward: ForwardTarget,
+        target: PinnedTarget,
+    ) -> None:
+        self.authorization = authorization
+        self.url = url
+        self.principal = principal
+        self.forward = forward
+        self.target = target
 
 
 class ForwardDispatcher:
@@ -40,11 +62,21 @@ class ForwardDispatcher:
         # targets themselves (the same bound): decoding and splitting it costs 4 k instructions.
         self._audit_paths: BoundedMemo[bytes, str] = BoundedMemo(MAX_CACHED_TARGETS)
 
-    def start(self, request: ParsedRequest) -> None:
+    def start(self, exchange: ForwardExchange) -> None:
         """Decide and send: synchronously when no DNS query is needed, else in an owned task."""
-        exchange, url, headers, named = request.exchange, request.url, request.headers, request.connection_named
-        authorization = request.authorization
-        loaded = self.core.loaded
+        authorization, url, client = exchange.authorization, exchange.url, exchange.client
+        loaded = self.core.policy.current
+        kept = client.kept_decision
+        # A keep-alive connection repeating its request: its last decision, if it still holds.
+        if kept is not None and kept.url == url and kept.authorization == authorization:
+            try:
+                holds = self.core.still_pinned(kept.target, loaded)
+            except GatewayError as error:
+                self._deny(exchange, error, loaded, kept.principal, kept.forward)
+                return
+            if holds:
+                self._send(exchange, kept.principal, kept.forward, kept.target, loaded)
+                return
         principal: Principal | None = None
         forward: ForwardTarget | None = None
         try:
@@ -56,33 +88,29 @@ class ForwardDispatcher:
             self._deny(exchange, error, loaded, principal, forward, claimed=claimed)
             return
         if target is None:
-            spawn(self._pin_then_send(exchange, principal, forward, headers, loaded, named=named), name="proxy-forward")
+            spawn(self._pin_then_send(exchange, principal, forward, loaded), name="proxy-forward")
             return
-        self._send(exchange, principal, forward, target, headers, loaded=loaded, named=named)
+        client.kept_decision = KeptDecision(authorization, url, principal, forward, target)
+        self._send(exchange, principal, forward, target, loaded)
 
     def retry(self, exchange: ForwardExchange) -> None:
         """Send a request again on a fresh connection (a pooled one died before answering it)."""
-        timeout_s = self.core.loaded.policy.proxy.connect_timeout_s
+        timeout_s = self.core.policy.current.policy.proxy.connect_timeout_s
         spawn(self._send_on_fresh_connection(exchange, exchange.request_head, timeout_s), name="proxy-retry")
 
     async def _pin_then_send(
-        self,
-        exchange: ForwardExchange,
-        principal: Principal,
-        forward: ForwardTarget,
-        headers: list[tuple[bytes, bytes]],
-        loaded: LoadedPolicy,
-        *,
-        named: frozenset[bytes],
+        self, exchange: ForwardExchange, principal: Principal, forward: ForwardTarget, loaded: LoadedPolicy
     ) -> None:
         try:
             target = await self.core.pin(principal, forward.host, forward.port, loaded=loaded)
         except GatewayError as error:
             self._deny(exchange, error, loaded, principal, forward)
             return
-        if exchange.client.closed:
+        client = exchange.client
+        if client.closed:
             return  # the client left while we resolved; its connection_lost already cleaned up
-        self._send(exchange, principal, forward, target, headers, loaded=loaded, named=named)
+        client.kept_decision = KeptDecision(exchange.authorization, exchange.url, principal, forward, target)
+        self._send(exchange, principal, forward, target, loaded)
 
     def _send(
         self,
@@ -90,10 +118,7 @@ class ForwardDispatcher:
         principal: Principal,
         forward: ForwardTarget,
         target: PinnedTarget,
-        headers: list[tuple[bytes, bytes]],
-        *,
         loaded: LoadedPolicy,
-        named: frozenset[bytes],
     ) -> None:
         exchange.principal = principal.name
         exchange.principal_rule = principal
@@ -110,13 +135,14 @@ class ForwardDispatcher:
             path=exchange.audit_path,
             client=exchange.client.audit_fields,
         )
-        settings = loaded.policy.proxy
-        exchange.max_response_bytes = settings.max_response_bytes
-        exchange.response_idle_s = settings.idle_timeout_s
-        exchange.response_head_s = settings.response_head_timeout_s
-        exchange.response_total_s = settings.response_timeout_s
+        settings = exchange.settings = loaded.policy.proxy
         head = build_request_head(
-            exchange.method, forward.origin_form, forward.authority, headers, exchange.chunked_request, named=named
+            exchange.method,
+            forward.origin_form,
+            forward.authority,
+            exchange.headers,
+            exchange.chunked_request,
+            named=exchange.connection_named,
         )
         upstream = self.pool.acquire(principal.name, target)
         if upstream is None:

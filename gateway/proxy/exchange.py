@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from enum import IntFlag
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import GatewayError
 from gateway.memo import BoundedMemo
-from gateway.policy.model import Principal
+from gateway.policy.model import Principal, ProxySettings
 from gateway.proxy.heads import HOP_BY_HOP, connection_tokens
 
 if TYPE_CHECKING:
+    from gateway.proxy.dispatch import KeptDecision
     from gateway.proxy.forward import UpstreamConnection
 
 WRITE_HIGH_WATER_BYTES = 256 * 1024
@@ -43,6 +43,9 @@ class PauseReason(IntFlag):
     PIPELINE = 4  # a pipelined request waits for the ones before it
 
 
+# An exchange's settings until its decision sets the policy's (nothing reads them before).
+UNDECIDED_SETTINGS = ProxySettings()
+
 # Built once: calling a Flag class costs several Python frames, once per connection otherwise.
 NOT_PAUSED = PauseReason(0)
 
@@ -53,6 +56,8 @@ class ClientSide(Protocol):
     transport: asyncio.Transport
     # `conn`, `client_ip`, `client_port`: what every audit line of this connection carries.
     audit_fields: dict[str, Any]
+    # Its last request's decision, which the dispatcher may reuse for the next (`KeptDecision`).
+    kept_decision: KeptDecision | None
 
     @property
     def closed(self) -> bool: ...
@@ -71,10 +76,15 @@ class ClientSide(Protocol):
 
 
 class ForwardExchange:
-    """One request and its response: state shared by the client and upstream protocols."""
+    """One request and its response: state shared by the client and upstream protocols.
+
+    Made by the listener's `RequestFraming` as the head completes (its `new_head`), so the parse
+    and the exchange are one object; `client` is set by the connection that parsed it, before
+    anything reads it."""
 
     __slots__ = (
         "audit_path",
+        "authorization",
         "body_done",
         "bytes_down",
         "bytes_up",
@@ -82,43 +92,54 @@ class ForwardExchange:
         "client",
         "client_http10",
         "client_keep_alive",
-        "head_only",
-        "max_response_bytes",
+        "connection_named",
+        "headers",
         "method",
         "pending",
         "pending_bytes",
         "principal",
         "principal_rule",
         "request_head",
-        "response_head_s",
-        "response_idle_s",
-        "response_total_s",
         "retried",
+        "settings",
         "started",
         "status",
         "target",
         "upstream",
+        "url",
     )
 
-    def __init__(
-        self, client: ClientSide, method: bytes, *, chunked_request: bool, client_http10: bool, client_keep_alive: bool
+    client: ClientSide
+
+    # Positional: the framing calls it once per request head, and keywords cost more per call.
+    def __init__(  # noqa: PLR0917
+        self,
+        method: bytes,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        authorization: bytes | None,
+        connection_named: frozenset[bytes],
+        chunked_request: bool,
+        client_http10: bool,
+        client_keep_alive: bool,
     ) -> None:
-        self.client = client
         self.method = method
-        self.head_only = method == b"HEAD"
+        self.url = url
+        self.headers = headers
+        self.authorization = authorization
+        self.connection_named = connection_named  # the header names its Connection field lists
         self.chunked_request = chunked_request
         self.client_http10 = client_http10
-        self.client_keep_alive = client_keep_alive
+        self.client_keep_alive = client_keep_alive  # this request's own intent
         self.body_done = False
         self.pending: list[bytes] = []
         self.pending_bytes = 0
         self.upstream: UpstreamConnection | None = None
         self.bytes_up = 0
         self.bytes_down = 0
-        self.max_response_bytes = 0
-        self.response_idle_s = 0.0
-        self.response_head_s = 0.0
-        self.response_total_s = 0.0
+        # The proxy settings of the generation the request was decided under (its response cap
+        # and deadlines): the object, not a copy of each.
+        self.settings = UNDECIDED_SETTINGS
         self.request_head = b""
         self.retried = False
         self.started = time.perf_counter()
@@ -165,19 +186,6 @@ class ForwardExchange:
         # `upstream.response_complete`, inline: once per request.
         if upstream is not None and upstream.framing is not None and upstream.framing.complete:
             upstream.finish()
-
-
-# Not frozen: built per request, and a frozen dataclass sets each field through `object.__setattr__`
-# (6 k instructions more per request). Nothing mutates it.
-@dataclass(slots=True)
-class ParsedRequest:
-    """A request head as the listener parsed it, waiting for its decision (or its pipeline turn)."""
-
-    exchange: ForwardExchange
-    url: bytes
-    headers: list[tuple[bytes, bytes]]
-    authorization: bytes | None
-    connection_named: frozenset[bytes]  # the header names its Connection field lists
 
 
 # Whether a request field is never forwarded whatever its message says (hop-by-hop, Proxy-*, the

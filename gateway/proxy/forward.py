@@ -122,7 +122,7 @@ class UpstreamConnection(asyncio.Protocol):
             if not exchange.status:
                 exchange.status = framing.status  # for the close line
             exchange.client.transport.write(out)
-        if framing.body_bytes > exchange.max_response_bytes:
+        if framing.body_bytes > exchange.settings.max_response_bytes:
             exchange.bytes_down = framing.body_bytes
             self._fail(exchange, GatewayError(ErrorCode.TOO_LARGE, "the response exceeds proxy.max_response_bytes"))
             return
@@ -203,7 +203,7 @@ class UpstreamConnection(asyncio.Protocol):
         spent = self._spent_framing
         self._spent_framing = None
         self.framing = (ResponseFraming if spent is None else spent.next_response)(
-            head_only=exchange.head_only,
+            head_only=exchange.method == b"HEAD",
             client_http10=exchange.client_http10,
             close_client=exchange.client_http10 or not exchange.client_keep_alive,
             id_field=self._id_field,
@@ -212,8 +212,11 @@ class UpstreamConnection(asyncio.Protocol):
         self._answered = False
         exchange.request_head = head
         now = self.last_activity = time.monotonic()
+        settings = exchange.settings
         self._deadline.set_at(
-            self._deadlines.start(now, exchange.response_idle_s, exchange.response_head_s, exchange.response_total_s)
+            self._deadlines.start(
+                now, settings.idle_timeout_s, settings.response_head_timeout_s, settings.response_timeout_s
+            )
         )
         assert self.transport is not None
         if exchange.pending:
@@ -232,7 +235,7 @@ class UpstreamConnection(asyncio.Protocol):
             return
         self.exchange = None
         self.framing = None
-        self._deadline.clear()
+        self._deadline.due = None  # `LazyDeadline.clear`, inline: once per request
         self._responses += 1
         if self._reading_paused:
             self.resume_reading()

@@ -9,15 +9,17 @@ bounded, no protocol upgrade but CONNECT), pipelining (every request of a read c
 order) and the keep-alive intent of each request (RFC 9112 section 9.6: after a request that
 asked to close, further bytes are dropped, not refused).
 
-Each `feed` returns the events of that read: `RequestHead`, `RequestBody`, `RequestEnd`,
-`ConnectHead` (the rest of the read belongs to the tunnel), or `Refusal` (answer it and close;
-nothing further is parsed). Never touches a socket or a timer; the listener carries the events out
-and the transparent listener can reuse it.
+Each `feed` returns the events of that read: a request head (what the owner's `new_head` makes
+of it), `RequestBody`, `RequestEnd`, `ConnectHead` (the rest of the read belongs to the tunnel),
+or `Refusal` (answer it and close; nothing further is parsed). Never touches a socket or a
+timer; the listener carries the events out and the transparent listener can reuse it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar, Union
 
 import httptools
 
@@ -32,21 +34,13 @@ from gateway.proxy.heads import (
     named_by_connection,
 )
 
-
-# Not frozen, as the events of every request: a frozen dataclass sets each field through
-# `object.__setattr__`, 10 k instructions per request head here against 2 k. Nothing mutates them.
-@dataclass(slots=True)
-class RequestHead:
-    """A complete request head (not CONNECT); its body and end follow as events."""
-
-    method: bytes
-    url: bytes
-    headers: list[tuple[bytes, bytes]]
-    authorization: bytes | None
-    connection_named: frozenset[bytes]  # header names the Connection field lists (hop-by-hop)
-    chunked: bool
-    http10: bool
-    keep_alive: bool  # this request's own intent (RFC 9112 section 9.3)
+# What a complete request head (not CONNECT) becomes, made by the framing's owner from the parse:
+# (method, url, headers, authorization, the header names its Connection field lists, chunked,
+# HTTP/1.0, this request's own keep-alive intent, RFC 9112 section 9.3). The listener's is its
+# `ForwardExchange`, so one object per request holds the parse and the exchange (no event record
+# copied into a second one); the request's body and end follow it as events.
+H = TypeVar("H")
+HeadFactory = Callable[[bytes, bytes, list[tuple[bytes, bytes]], bytes | None, frozenset[bytes], bool, bool, bool], H]
 
 
 @dataclass(slots=True)
@@ -76,7 +70,8 @@ class Refusal:
 
 
 UPGRADE_REFUSED = "protocol upgrades are not proxied; use CONNECT"
-RequestEvent = RequestHead | RequestBody | RequestEnd | ConnectHead | Refusal
+# `Union`: a generic alias (`RequestEvent[ForwardExchange]`), which `|` cannot spell with a TypeVar.
+RequestEvent = Union[H, RequestBody, RequestEnd, ConnectHead, Refusal]  # noqa: UP007
 _END = RequestEnd()
 
 
@@ -101,17 +96,19 @@ class _HeadRefused(Exception):
     """Raised inside an httptools callback to stop parsing; the reason is on the framing."""
 
 
-class RequestFraming:
-    """Requests of one client connection, parsed one read at a time."""
+class RequestFraming(Generic[H]):
+    """Requests of one client connection, parsed one read at a time; each head made by `new_head`."""
 
     __slots__ = (
         "_authorization",
         "_chunked",
+        "_connect",
         "_connection_values",
         "_events",
         "_head_size",
         "_headers",
         "_in_head",
+        "_new_head",
         "_no_more_requests",
         "_parser",
         "_proxy_connection",
@@ -121,13 +118,15 @@ class RequestFraming:
         "done",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, new_head: HeadFactory[H]) -> None:
+        self._new_head = new_head
         self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
-        self._events: list[RequestEvent] = []
+        self._events: list[RequestEvent[H]] = []
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._authorization: bytes | None = None
         self._chunked = False
+        self._connect = False  # the head was a CONNECT (no HTTP follows it)
         self._connection_values: list[bytes] = []
         self._proxy_connection = False  # the head has a Proxy-Connection field
         self._raw_head_bytes = 0
@@ -142,7 +141,7 @@ class RequestFraming:
         """Between requests or inside a head (the head deadline applies), not inside a body."""
         return self._in_head
 
-    def feed(self, data: bytes) -> list[RequestEvent]:
+    def feed(self, data: bytes) -> list[RequestEvent[H]]:
         if self.done:
             return []
         events = self._events = []
@@ -250,6 +249,7 @@ class RequestFraming:
         self._head_size = 0  # from here on it counts trailer bytes
         method = parser.get_method()
         if method == b"CONNECT":
+            self._connect = True
             return  # httptools raises HttpParserUpgrade next; `feed` turns it into a ConnectHead
         keep_alive = parser.should_keep_alive()
         # llhttp keeps an HTTP/1.0 (or 0.9, 2.0) request alive only when a Connection or
@@ -259,7 +259,7 @@ class RequestFraming:
             False if keep_alive and not values and not self._proxy_connection else parser.get_http_version() == "1.0"
         )
         self._events.append(
-            RequestHead(
+            self._new_head(
                 method,
                 self._url,
                 self._headers,
@@ -285,10 +285,10 @@ class RequestFraming:
     def on_message_complete(self) -> None:
         self._in_head = True
         self._head_size = 0  # the next head's (it counted this message's trailers)
+        if self._connect:
+            return  # no HTTP message follows: `feed` hands the rest to the tunnel
         parser = self._parser
         assert parser is not None  # callbacks run inside feed_data
-        if parser.get_method() == b"CONNECT":
-            return  # no HTTP message follows: `feed` hands the rest to the tunnel
         if not parser.should_keep_alive():
             self._no_more_requests = True
         self._events.append(_END)

@@ -16,7 +16,6 @@ Never parses HTTP itself and never writes a second HTTP/1.1 implementation.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
@@ -25,7 +24,7 @@ from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.client_connection import ClientConnection
 from gateway.proxy.decision_caches import ForwardTarget, ProxyDecisions
 from gateway.proxy.dispatch import ForwardDispatcher
-from gateway.proxy.exchange import ForwardExchange, ParsedRequest
+from gateway.proxy.exchange import ForwardExchange
 from gateway.proxy.request_framing import ConnectHead
 from gateway.proxy.server import ProxyServer
 from gateway.transparent.destination import pin_destination
@@ -76,19 +75,19 @@ class _TransparentClient(ClientConnection):
 class _StrictDispatcher(ForwardDispatcher):
     """Origin-form targets made absolute, and the destination rule applied before sending."""
 
-    def start(self, request: ParsedRequest) -> None:
-        exchange = request.exchange
+    def start(self, exchange: ForwardExchange) -> None:
         client = exchange.client
         assert isinstance(client, _TransparentClient)
         try:
-            url = absolute_target(request.url, request.headers, client.original[1])
+            url = absolute_target(exchange.url, exchange.headers, client.original[1])
         except GatewayError as error:
             self.decisions.record_deny(
                 KIND, None, None, client.original[1], error=error, generation=0, client=client.audit_fields
             )
             client.refuse_exchange(exchange, error)
             return
-        super().start(request if url is request.url else dataclasses.replace(request, url=url))
+        exchange.url = url
+        super().start(exchange)
 
     def _send(
         self,
@@ -96,10 +95,7 @@ class _StrictDispatcher(ForwardDispatcher):
         principal: Principal,
         forward: ForwardTarget,
         target: PinnedTarget,
-        headers: list[tuple[bytes, bytes]],
-        *,
         loaded: LoadedPolicy,
-        named: frozenset[bytes],
     ) -> None:
         client = exchange.client
         assert isinstance(client, _TransparentClient)
@@ -108,7 +104,7 @@ class _StrictDispatcher(ForwardDispatcher):
         except GatewayError as error:
             self._deny(exchange, error, loaded, principal, forward)
             return
-        super()._send(exchange, principal, forward, target, headers, loaded=loaded, named=named)
+        super()._send(exchange, principal, forward, target, loaded)
 
 
 class _PortServer(ProxyServer):

@@ -55,9 +55,7 @@ class Egress:
         )
         self.holder = PolicyHolder(settings.policy_path)
         self.resolver = Resolver(settings.nameservers, timeout_s=0.5, tries=1)
-        self.core = EgressCore(
-            self.resolver, lambda: self.holder.current, own_addresses(a.host for a in settings.listen_addresses)
-        )
+        self.core = EgressCore(self.resolver, self.holder, own_addresses(a.host for a in settings.listen_addresses))
         return GuardedClient(self.core, TlsTrust(settings.ca_bundle), settings.user_agent)
 
     @property

@@ -16,6 +16,7 @@ from gateway.egress.own_addresses import own_addresses
 from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
+from gateway.policy.holder import FixedPolicy
 from gateway.policy.load import parse_policy
 from gateway.policy.model import LoadedPolicy
 from gateway.vet.urls import vet_host
@@ -40,7 +41,7 @@ def _core(fake_dns: FakeDNS, generation: int) -> tuple[LoadedPolicy, Clock, Reso
     loaded = LoadedPolicy(parse_policy(POLICY), generation)
     clock = Clock()
     resolver = Resolver([fake_dns.nameserver], timeout_s=1.0, tries=1, clock=clock)
-    return loaded, clock, resolver, EgressCore(resolver, lambda: loaded, own_addresses(["127.0.0.1"]))
+    return loaded, clock, resolver, EgressCore(resolver, FixedPolicy(loaded), own_addresses(["127.0.0.1"]))
 
 
 async def test_an_answer_stored_again_is_the_one_the_remembered_target_holds(fake_dns: FakeDNS) -> None:

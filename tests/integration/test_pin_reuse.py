@@ -15,6 +15,7 @@ from gateway.egress.own_addresses import own_addresses
 from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
+from gateway.policy.holder import FixedPolicy
 from gateway.policy.load import parse_policy
 from gateway.policy.model import EgressRule, LoadedPolicy
 from gateway.vet.urls import vet_host
@@ -32,7 +33,7 @@ async def test_pin_after_a_pin_cached_miss_does_not_decide_the_name_again(fake_d
         dataclasses.replace(allowing.policy, principals={"default": denying_principal}), allowing.generation
     )
     resolver = Resolver([fake_dns.nameserver], timeout_s=1.0, tries=1)
-    core = EgressCore(resolver, lambda: allowing, own_addresses(["127.0.0.1"]))
+    core = EgressCore(resolver, FixedPolicy(allowing), own_addresses(["127.0.0.1"]))
     host = vet_host("reuse.example.com")
     try:
         assert core.pin_cached(principal, host, 443, allowing) is None  # DNS must be asked

@@ -161,7 +161,7 @@ def _in_process_proxy(tmp_path: Path, fake_dns: FakeDNS, ip: str, port: int) -> 
     policy = proxy_policy([f"{ip}/32"], ports=[port], proxy={"connect_timeout_s": 30})
     policy_path.write_text(yaml.safe_dump(policy))
     holder = PolicyHolder(policy_path)
-    core = EgressCore(Resolver([fake_dns.nameserver]), lambda: holder.current, own_addresses(["127.0.0.1"]))
+    core = EgressCore(Resolver([fake_dns.nameserver]), holder, own_addresses(["127.0.0.1"]))
     audit = AuditLog(str(tmp_path / "audit.log"))
     return ProxyServer(core, audit), audit
 

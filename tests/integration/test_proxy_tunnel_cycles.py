@@ -58,7 +58,7 @@ async def test_a_closed_tunnel_leaves_no_reference_cycle(
     policy_path = tmp_path / "policy.yaml"
     policy_path.write_text(yaml.safe_dump(proxy_policy([origin.cidr], ports=[origin.port])))
     holder = PolicyHolder(policy_path)
-    core = EgressCore(Resolver([fake_dns.nameserver]), lambda: holder.current, own_addresses(["127.0.0.1"]))
+    core = EgressCore(Resolver([fake_dns.nameserver]), holder, own_addresses(["127.0.0.1"]))
     audit = AuditLog(str(tmp_path / "audit.log"))
     proxy = ProxyServer(core, audit)
     await proxy.start("127.0.0.1", 0)

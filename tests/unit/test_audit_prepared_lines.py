@@ -240,13 +240,8 @@ def test_a_forwarded_requests_close_line_is_the_generic_close_line(
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path))
     decisions = ProxyDecisions(audit)
-    exchange = ForwardExchange(
-        cast(ClientSide, _Client(client)),
-        method.encode(),
-        chunked_request=False,
-        client_http10=False,
-        client_keep_alive=True,
-    )
+    exchange = ForwardExchange(method.encode(), b"http://a/", [], None, frozenset(), False, False, True)
+    exchange.client = cast(ClientSide, _Client(client))
     exchange.target = target
     exchange.principal = "agent"
     exchange.audit_path = http_path
