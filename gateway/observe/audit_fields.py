@@ -3,7 +3,7 @@
 Owns the line start (`{"time":…,"schema":N,`, the RFC 3339 UTC timestamp with its seconds part
 formatted once per second), the schema version, connection ids (unique across gateway processes:
 a random tag per process and a counter) and a connection's `conn`, `client_ip` and `client_port`,
-serialized once per connection (`ConnectionFields`) for every line it writes.
+serialized once per connection (`ConnectionFields`) as the end of every line it writes.
 
 Never writes a line (audit.py does) and never reads a clock but the one it is handed or
 `time.time()`.
@@ -85,29 +85,21 @@ def connection_fields(peer: object) -> ConnectionFields:
         fields = ConnectionFields(conn=conn, client_ip=str(peer[0]), client_port=int(peer[1]))
     else:
         fields = ConnectionFields(conn=conn)
-    # orjson serializes the dict subclass as the dict it is.
-    fields.members = members = b"," + orjson.dumps(fields)[1:-1]
-    fields.line_end = members + b"}\n"
+    # orjson serializes the dict subclass as the dict it is; its opening brace becomes the comma.
+    fields.line_end = b"," + orjson.dumps(fields, option=orjson.OPT_APPEND_NEWLINE)[1:]
     return fields
 
 
-def client_members(client: Mapping[str, Any], *, drop_none: bool) -> bytes:
-    """A connection's audit fields as members with a leading comma (b"" for none): the bytes
-    `ConnectionFields` keeps, for the callers whose fields are a plain dict. A close line leaves
-    a None out (`drop_none`), an allow line writes it as null, as the lines built from a dict do."""
-    if type(client) is ConnectionFields:
-        return client.members
-    if drop_none and None in client.values():
-        client = {key: value for key, value in client.items() if value is not None}
-    return b"," + json_members(client) if client else b""
-
-
 def client_line_end(client: Mapping[str, Any] | None, *, drop_none: bool) -> bytes:
-    """What a proxy line ends with: the connection's members (`client_members`), the closing brace
-    and the newline (`ConnectionFields.line_end` for the proxy's own connections)."""
+    """What a proxy line ends with: the connection's audit fields as members with a leading comma
+    (none for no fields), the closing brace and the newline: the bytes `ConnectionFields` keeps,
+    for the callers whose fields are a plain dict. A close line leaves a None out (`drop_none`),
+    an allow line writes it as null, as the lines built from a dict do."""
     if type(client) is ConnectionFields:
         return client.line_end
-    return client_members(client or {}, drop_none=drop_none) + b"}\n"
+    if client and drop_none and None in client.values():
+        client = {key: value for key, value in client.items() if value is not None}
+    return b"," + json_members(client) + b"}\n" if client else b"}\n"
 
 
 def new_connection_id() -> str:

@@ -2,7 +2,7 @@
 
 Owns the bytes form of what `audit.AuditLog` writes on the proxy's hot path: a dict's members
 without its braces (`json_members`), a client connection's fields with their members serialized
-when the connection is accepted (`ConnectionFields`), the members of a close line that depend
+as a line's end when the connection is accepted (`ConnectionFields`), the members of a close line that depend
 only on its decision (`close_members`), and a close line but its client's members as one format
 of its counts and duration (`close_format`), in the order `AuditLog.connection_closed` writes
 them, so a line joined from them is byte for byte the line built from a dict. Never writes a line
@@ -42,16 +42,14 @@ class TunnelTarget(DecidedTarget, Protocol):
 
 class ConnectionFields(dict[str, Any]):
     """A client connection's audit fields (`conn`, `client_ip`, `client_port`, none of them None)
-    and, in `members`, the same fields serialized with a leading comma: every line of the
-    connection (a tunnel's two, a keep-alive connection's two per request) joins these bytes
-    instead of serializing the dict again. Never changed after it is built (the members would
-    no longer be its fields)."""
+    and, in `line_end`, the same fields serialized with a leading comma, then the line's closing
+    brace and newline: every line of the connection (a tunnel's two, a keep-alive connection's
+    two per request) ends with these bytes instead of serializing the dict again. Never changed
+    after it is built (the bytes would no longer be its fields)."""
 
     # Set by `audit_fields.connection_fields`, which builds it with dict's own constructor (an
-    # `__init__` of ours would be one Python call more per connection). `line_end` is `members`
-    # and the line's closing brace and newline: what every proxy line of the connection ends with.
-    __slots__ = ("line_end", "members")
-    members: bytes
+    # `__init__` of ours would be one Python call more per connection).
+    __slots__ = ("line_end",)
     line_end: bytes
 
 

@@ -115,6 +115,10 @@ class LoopHistogram(_LoopMetric):
         super().__init__(name, documentation, labelnames, registry)
         # Like prometheus_client, an unlabelled histogram is exported (at zero) from the start.
         self._unlabelled = self.labels() if not self.labelnames else None
+        # `observe()` is the unlabelled child's own: one Python call per observation, not two.
+        self.observe: Callable[[float], None] = (
+            self._unlabelled.observe if self._unlabelled is not None else self._observe_labelled
+        )
 
     def labels(self, *values: str, **named: str) -> HistogramChild:
         key = self._key(values, named)
@@ -123,10 +127,8 @@ class LoopHistogram(_LoopMetric):
             child = self._children[key] = HistogramChild(self._bounds)
         return child
 
-    def observe(self, amount: float) -> None:
-        if self._unlabelled is None:
-            raise ValueError(f"{self.name} has labels {self.labelnames}: observe through labels()")
-        self._unlabelled.observe(amount)
+    def _observe_labelled(self, amount: float) -> None:
+        raise ValueError(f"{self.name} has labels {self.labelnames}: observe through labels()")
 
     def _family(self) -> HistogramMetricFamily:
         return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
