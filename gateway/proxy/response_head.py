@@ -42,8 +42,9 @@ class ResponseHeadScanner:
             self._buffer = bytearray()
             self._scanned = 0
 
-    def take_head(self, data: bytes) -> tuple[memoryview, memoryview] | None:
-        """The whole head (with its blank line) and the bytes after it, or None while incomplete.
+    def take_head(self, data: bytes) -> tuple[bytes, memoryview] | None:
+        """The whole head (with its blank line, as bytes: the framing reads its lines) and a view
+        of the bytes after it, or None while incomplete.
 
         Raises `too_large` as soon as the raw bytes pass a cap, whether or not the head is done."""
         if not self._buffer:
@@ -68,8 +69,7 @@ class ResponseHeadScanner:
                 else:
                     self._count(head_length, lines)  # raises
                     self._complete_head()
-                view = memoryview(data)
-                return view[:head_length], view[head_length:]
+                return data[:head_length], memoryview(data)[head_length:]
         buffer = self._buffer
         start = max(0, len(buffer) - 3)  # the terminator may straddle two reads
         buffer += data
@@ -88,11 +88,11 @@ class ResponseHeadScanner:
         # The status line and the blank line are not fields.
         lines = buffer.count(b"\n", self._scanned, head_length)
         self._count(head_length - (len(buffer) - len(data)), lines)
-        view = memoryview(bytes(buffer))
+        whole = bytes(buffer)
         self._buffer = bytearray()
         self._scanned = 0
         self._complete_head()
-        return view[:head_length], view[head_length:]
+        return whole[:head_length], memoryview(whole)[head_length:]
 
     def _complete_head(self) -> None:
         self._heads += 1

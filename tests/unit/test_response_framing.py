@@ -7,6 +7,7 @@ of several sizes, so a rule holds wherever the reads split the stream.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import httptools
@@ -187,8 +188,31 @@ def test_bytes_after_the_complete_response_are_never_relayed_s9_1(read_size: int
             id="connection-names-transfer-encoding",
         ),
         pytest.param(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n"
+            b"cOnNeCtIoN: X-A, Content-LENGTH\r\n\r\nok",
+            ErrorCode.CONNECT_FAILURE,
+            id="second-connection-field-names-content-length-any-case",
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection:content-length\r\n\r\nok",
+            ErrorCode.CONNECT_FAILURE,
+            id="connection-without-space-names-content-length",
+        ),
+        pytest.param(
+            b"HTTP/1.1 103 Early Hints\r\nConnection: transfer-encoding\r\n\r\n",
+            ErrorCode.CONNECT_FAILURE,
+            id="interim-connection-names-transfer-encoding",
+        ),
+        pytest.param(
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", ErrorCode.CONNECT_FAILURE, id="unsolicited-101"
         ),
+        pytest.param(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n",
+            ErrorCode.CONNECT_FAILURE,
+            id="101-after-100",
+        ),
+        pytest.param(b"HTTP/1.1 200 OK\r\nX-A : 1\r\n\r\n", ErrorCode.CONNECT_FAILURE, id="space-before-colon"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nX-A: a\x00b\r\n\r\n", ErrorCode.CONNECT_FAILURE, id="nul-in-a-value"),
         pytest.param(
             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
             ErrorCode.CONNECT_FAILURE,
@@ -260,7 +284,9 @@ def _head_field_by_field(head: bytes, id_field: bytes) -> bytes:
         if lowered == b"x-egress-id" and id_field:
             continue
         lines.append(name + b": " + value + b"\r\n")
-    return b"".join(lines) + id_field + b"\r\n"
+    if parser.get_status_code() >= 200:
+        lines.append(id_field)
+    return b"".join(lines) + b"\r\n"
 
 
 @pytest.mark.parametrize(
@@ -282,6 +308,23 @@ def _head_field_by_field(head: bytes, id_field: bytes) -> bytes:
             b"X-Hop: 1\r\nConnection: close, x-hop\r\nconnection: X-Other\r\nX-OTHER: 2\r\n", id="named-fields"
         ),
         pytest.param(b"X-Egress-Id: forged\r\nx-egress-id: forged\r\n", id="origin-egress-id"),
+        pytest.param(b"X-eGrEsS-iD: forged\r\nX-A: 1\r\n", id="origin-egress-id-mixed-case"),
+        pytest.param(
+            b"cOnNeCtIoN: X-Foo\r\nX-FOO: 1\r\nkEeP-aLiVe: 1\r\ntRaIlEr: X\r\nuPgRaDe: h2c\r\ntE: trailers\r\n",
+            id="mixed-case-names",
+        ),
+        pytest.param(b"Connection: close, X-Foo\r\nX-Foo: 1\r\nX-Bar: 2\r\n", id="connection-close-names-a-field"),
+        pytest.param(b"Connection: close\r\nClose: 1\r\nX-A: 2\r\n", id="connection-close-names-a-close-field"),
+        pytest.param(b"Connection: close\r\nX-Closed: 1\r\n", id="connection-close-and-no-close-field"),
+        pytest.param(
+            b"Connection: X-A\r\nX-A: 1\r\nX-B: 2\r\nconnection: x-b,  X-C \r\nX-C: 3\r\nX-D: 4\r\n",
+            id="several-connection-fields",
+        ),
+        pytest.param(b"Connection:\r\nConnection: \r\nX-A: 1\r\n", id="empty-connection-values"),
+        pytest.param(b"Connection:X-A\r\nX-A: 1\r\nConnection:\t keep-alive\r\n", id="connection-without-space"),
+        pytest.param(b"X-A:  two-spaces\r\nX-B: \tspace-tab\r\nX-C:\t\r\nX-D:  \r\n", id="whitespace-only-or-doubled"),
+        pytest.param(b"Proxy-: 1\r\nproxy-x-y: 2\r\nPROXY-Authorization: 3\r\nX-A: 4\r\n", id="proxy-any-token"),
+        pytest.param(b'X-A: a\x80\xff\tb\r\nX-B: "q: x"\r\n', id="obs-text-and-quoted-colons"),
     ],
 )
 @pytest.mark.parametrize("id_field", [b"", b"X-Egress-Id: c-1\r\n"], ids=["no-id", "with-id"])
@@ -289,6 +332,121 @@ def test_the_relayed_head_is_the_one_built_field_by_field(fields: bytes, id_fiel
     head = b"HTTP/1.1 200 Fine: yes\r\n" + fields + b"Content-Length: 0\r\n\r\n"
     framing = ResponseFraming(head_only=False, client_http10=False, close_client=False, id_field=id_field)
     assert framing.feed(head) == _head_field_by_field(head, id_field)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        pytest.param(b"HTTP/1.0 200 OK\r\nX-A: 1\r\nContent-Length: 0\r\n\r\n", id="http10-status-line"),
+        pytest.param(b"HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n", id="no-reason"),
+        pytest.param(b"HTTP/1.1 200 \r\nContent-Length: 0\r\n\r\n", id="empty-reason"),
+        pytest.param(b"HTTP/1.1 200  two  spaces \r\nContent-Length: 0\r\n\r\n", id="reason-with-spaces"),
+        pytest.param(b"HTTP/1.1 200 a:b\r\nX-A:1\r\nContent-Length: 0\r\n\r\n", id="reason-with-a-colon"),
+        pytest.param(b"HTTP/2.0 200 OK\r\nContent-Length: 0\r\n\r\n", id="http2-version"),
+        pytest.param(b"RTSP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", id="llhttp-accepts-rtsp"),
+        # llhttp skips empty lines before a status line (RFC 9112 section 2.2), so the relayed
+        # status line is found after them.
+        pytest.param(b"\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", id="empty-line-before"),
+        pytest.param(b"\r\n\nHTTP/1.0 404 Gone\r\nContent-Length: 0\r\n\r\n", id="empty-lines-before-http10"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length:0\r\n\r\n", id="content-length-without-space"),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\ncontent-LENGTH: \t 0 \r\nConnection: keep-alive\r\n\r\n", id="content-length-ows"
+        ),
+        pytest.param(b"HTTP/1.1 204 No Content\r\nConnection: keep-alive\r\nX-A: 1\r\n\r\n", id="no-content"),
+        pytest.param(b"HTTP/1.1 304 Not Modified\r\nETag: x\r\n\r\n", id="not-modified"),
+        pytest.param(
+            b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\nConnection: keep-alive\r\n\r\n", id="interim-with-fields"
+        ),
+    ],
+)
+@pytest.mark.parametrize("id_field", [b"", b"X-Egress-Id: c-1\r\n"], ids=["no-id", "with-id"])
+def test_every_status_line_is_relayed_as_http11_with_the_origins_reason(head: bytes, id_field: bytes) -> None:
+    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False, id_field=id_field)
+    assert framing.feed(head) == _head_field_by_field(head, id_field)
+
+
+_NAMES = [b"X-A", b"x-b", b"Server", b"Date", b"Connection", b"CONNECTION", b"Keep-Alive", b"TE", b"te", b"Trailer"]
+_NAMES += [b"Upgrade", b"Proxy-Authenticate", b"proxy-x", b"X-Egress-Id", b"x-egress-id", b"Close", b"Connectionx"]
+_VALUES = [b"1", b"keep-alive", b"close", b"X-A", b"x-b, close", b"Server", b"", b"a: b", b"16:04:45", b"v \t", b"te"]
+_OWS = [b" ", b" ", b" ", b"", b"\t", b"  ", b" \t"]
+
+
+def test_random_heads_are_relayed_as_built_field_by_field() -> None:
+    # Seeded: every run checks the same few hundred heads, mixing the cases above.
+    rng = random.Random(17)
+    for _ in range(400):
+        fields = b"".join(
+            rng.choice(_NAMES) + b":" + rng.choice(_OWS) + rng.choice(_VALUES) + b"\r\n"
+            for _ in range(rng.randint(0, 8))
+        )
+        head = b"HTTP/1.1 200 OK\r\n" + fields + b"Content-Length: 0\r\n\r\n"
+        id_field = rng.choice([b"", b"X-Egress-Id: c-1\r\n"])
+        framing = ResponseFraming(head_only=False, client_http10=False, close_client=False, id_field=id_field)
+        assert framing.feed(head) == _head_field_by_field(head, id_field), head
+
+
+@pytest.mark.parametrize(
+    ("response", "relayed"),
+    [
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nX-A:1\r\nConnection: close\r\n\r\nabc",
+            b"HTTP/1.1 200 OK\r\nX-A: 1\r\nTransfer-Encoding: chunked\r\nX-Egress-Id: c-1\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+            id="no-length-rechunked",
+        ),
+        pytest.param(
+            b"HTTP/1.0 200 OK\r\nX-A: 1\r\n\r\nabc",
+            b"HTTP/1.1 200 OK\r\nX-A: 1\r\nTransfer-Encoding: chunked\r\nX-Egress-Id: c-1\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+            id="http10-origin-no-length-rechunked",
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nTRANSFER-ENCODING: chunked\r\nTrailer: X-T\r\nX-A: 1\r\n\r\n"
+            b"3\r\nabc\r\n0\r\nX-T: late\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nX-A: 1\r\nTransfer-Encoding: chunked\r\nX-Egress-Id: c-1\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+            id="chunked-with-trailers",
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Egress-Id: c-1\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+            id="chunked-last-coding",
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\ncontent-length: 3\r\n\r\nabc",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\nX-Egress-Id: c-1\r\n\r\nabc",
+            id="keep-alive-with-length",
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 3\r\n\r\nabc",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-Egress-Id: c-1\r\n\r\nabc",
+            id="close-with-length",
+        ),
+    ],
+)
+def test_the_body_is_reframed_from_the_fields_llhttp_framed_it_by(response: bytes, relayed: bytes) -> None:
+    framing = ResponseFraming(
+        head_only=False, client_http10=False, close_client=False, id_field=b"X-Egress-Id: c-1\r\n"
+    )
+    output = framing.feed(response)
+    framing.end_of_stream()
+    assert output + framing.take_output() == relayed
+    assert framing.complete
+
+
+def test_a_head_response_keeps_its_framing_fields_and_drops_hop_by_hop_ones() -> None:
+    result = relay(
+        b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-A\r\nX-A: 1\r\nContent-Length: 500\r\nKeep-Alive: 5\r\n\r\n",
+        head_only=True,
+    )
+    assert result.output == b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n"
+    assert result.complete
+
+
+def test_interim_heads_with_fields_go_to_http11_clients_only() -> None:
+    response = b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\nConnection: X-A\r\nX-A: 1\r\n\r\n"
+    response += b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    assert relay(response).output == (
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    )
+    assert relay(response, http10=True).output == b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
 
 
 def test_the_next_response_on_a_connection_is_framed_as_on_a_fresh_one() -> None:

@@ -15,7 +15,7 @@ from gateway.proxy.response_head import (
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
 
 
-def _feed_in_pieces(data: bytes, size: int) -> tuple[memoryview, memoryview] | None:
+def _feed_in_pieces(data: bytes, size: int) -> tuple[bytes, memoryview] | None:
     scanner = ResponseHeadScanner()
     for start in range(0, len(data), size):
         taken = scanner.take_head(data[start : start + size])
