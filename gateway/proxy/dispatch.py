@@ -34,7 +34,18 @@ class KeptDecision:
     credential and absolute URI under the same generation get the same principal and target
     (`EgressCore.still_pinned` checks that the target still holds, as `pin_cached` would)."""
 
-    __slots__ = ("authorization", "forward", "principal", "target", "url")
+    __slots__ = (
+        "authorization",
+        "forward",
+        "head",
+        "head_chunked",
+        "head_headers",
+        "head_method",
+        "head_named",
+        "principal",
+        "target",
+        "url",
+    )
 
     def __init__(
         self,
@@ -49,6 +60,37 @@ class KeptDecision:
         self.principal = principal
         self.forward = forward
         self.target = target
+        # The upstream head last built for this URI, and the request fields it was built from: a
+        # request repeating them gets the same bytes (`build_request_head` is a pure function).
+        self.head = b""
+        self.head_method = b""
+        self.head_headers: list[tuple[bytes, bytes]] | None = None
+        self.head_chunked = False
+        self.head_named: frozenset[bytes] = frozenset()
+
+
+def _upstream_head(exchange: ForwardExchange, forward: ForwardTarget) -> bytes:
+    """The request's upstream head: the one its connection's kept decision last built when the
+    request repeats the fields it was built from, else built (and kept) now."""
+    method, headers, chunked, named = (
+        exchange.method,
+        exchange.headers,
+        exchange.chunked_request,
+        exchange.connection_named,
+    )
+    kept = exchange.client.kept_decision
+    if kept is None or kept.forward is not forward:
+        return build_request_head(method, forward.origin_form, forward.authority, headers, chunked, named=named)
+    if (
+        kept.head_headers == headers
+        and kept.head_method == method
+        and kept.head_chunked == chunked
+        and kept.head_named == named
+    ):
+        return kept.head
+    kept.head_method, kept.head_headers, kept.head_chunked, kept.head_named = method, headers, chunked, named
+    kept.head = build_request_head(method, forward.origin_form, forward.authority, headers, chunked, named=named)
+    return kept.head
 
 
 class ForwardDispatcher:
@@ -136,14 +178,7 @@ class ForwardDispatcher:
             client=exchange.client.audit_fields,
         )
         settings = exchange.settings = loaded.policy.proxy
-        head = build_request_head(
-            exchange.method,
-            forward.origin_form,
-            forward.authority,
-            exchange.headers,
-            exchange.chunked_request,
-            named=exchange.connection_named,
-        )
+        head = _upstream_head(exchange, forward)
         upstream = self.pool.acquire(principal.name, target)
         if upstream is None:
             spawn(self._send_on_fresh_connection(exchange, head, settings.connect_timeout_s), name="proxy-dial")

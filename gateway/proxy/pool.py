@@ -76,7 +76,9 @@ class UpstreamPool:
         return None
 
     def release(self, conn: UpstreamConnection) -> None:
-        idle = self._idle.setdefault(conn.key, [])
+        idle = self._idle.get(conn.key)
+        if idle is None:  # not `setdefault`: it would build a list per request
+            idle = self._idle[conn.key] = []
         if len(idle) >= MAX_IDLE_PER_KEY or self._count >= MAX_IDLE_TOTAL or conn.transport is None:
             conn.close()
             return

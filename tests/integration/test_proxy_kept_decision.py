@@ -4,7 +4,8 @@ The dispatcher reuses a client connection's last decision when its next request 
 credential and absolute URI; through the real daemon and one httpx keep-alive connection, these
 cases show it still follows what `pin_cached` would decide: a DNS answer replaced after its TTL
 is vetted afresh (here: a rebinding to a denied address is refused), and a policy reload that
-denies the host refuses the next request on the same connection.
+denies the host refuses the next request on the same connection. The upstream head it keeps is
+reused only for a request whose fields are the same.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ RELOAD_WAIT_S = 10.0
 
 def _origin(origins: OriginFactory) -> Origin:
     async def hello(request: web.Request) -> web.Response:
-        return web.Response(text="hello")
+        # What the origin saw of the request: its method and the one field the cases vary.
+        return web.Response(text=f"{request.method} {request.headers.get('X-Run', '-')}")
 
     app = web.Application()
-    app.router.add_get("/", hello)
+    app.router.add_route("*", "/", hello)
     return origins.start(app, names=(NAME,), tls=False, register_dns=False)
 
 
@@ -88,4 +90,19 @@ def test_a_reload_denying_the_host_refuses_the_next_request_on_the_same_connecti
 def _assert_one_client_connection(proxy: ProxyProcess) -> None:
     """Every decision was made for one client connection: the refusal followed a kept decision."""
     lines = proxy.wait_audit(lambda lines: any(line.get("decision") == "deny" for line in lines))
+    assert len({line["conn"] for line in lines if line["event"] == "decision"}) == 1
+
+
+def test_each_request_on_a_kept_decision_reaches_the_origin_with_its_own_method_and_fields(
+    proxy_factory: ProxyFactory, origins: OriginFactory, fake_dns: FakeDNS
+) -> None:
+    origin = _origin(origins)
+    fake_dns.add(NAME, origin.ip, ttl=300)
+    proxy = proxy_factory(_policy(origin, [NAME]))
+    url = origin.url("/", name=NAME)
+    runs = [("GET", "1"), ("GET", "1"), ("GET", "2"), ("DELETE", "2"), ("GET", None), ("GET", "2")]
+    with httpx.Client(proxy=proxy.url, timeout=10) as client:
+        seen = [client.request(method, url, headers={} if run is None else {"X-Run": run}).text for method, run in runs]
+    assert seen == ["GET 1", "GET 1", "GET 2", "DELETE 2", "GET -", "GET 2"]
+    lines = proxy.wait_audit(lambda lines: sum(line["event"] == "decision" for line in lines) >= len(runs))
     assert len({line["conn"] for line in lines if line["event"] == "decision"}) == 1
