@@ -50,8 +50,10 @@ class ResponseHeadScanner:
         if not self._buffer:
             # The common case, a whole head at the start of a read: no copy into the buffer, and
             # the bytes after it (often the whole body) stay a view of the read.
+            # (A bare LF before the CRLF CRLF needs no search here: the buffered path below would
+            # cut the same head, and strict llhttp refuses it.)
             end = data.find(HEAD_END)
-            if end >= 0 and data.find(b"\n\n", 0, end) < 0:
+            if end >= 0:
                 head_length = end + len(HEAD_END)
                 lines = data.count(b"\n", 0, head_length)
                 total = self._total + head_length

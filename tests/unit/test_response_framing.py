@@ -225,6 +225,14 @@ def test_bytes_after_the_complete_response_are_never_relayed_s9_1(read_size: int
         ),
         pytest.param(b"HTTP/1.1 200 OK\r\nX: a\r\n folded\r\n\r\n", ErrorCode.CONNECT_FAILURE, id="obs-fold-s5_2"),
         pytest.param(b"HTTP/1.1 200 OK\nX: a\n\n", ErrorCode.CONNECT_FAILURE, id="bare-lf-line-ends-s2_2"),
+        pytest.param(
+            b"HTTP/1.1 200 OK\nX: a\n\nbody\r\n\r\n", ErrorCode.CONNECT_FAILURE, id="bare-lf-head-before-a-crlf-crlf"
+        ),
+        pytest.param(
+            b"HTTP/1.1 100 Continue\n\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            ErrorCode.CONNECT_FAILURE,
+            id="bare-lf-interim-head",
+        ),
         pytest.param(b"HTTP/1.1 200 " + b"R" * 70000, ErrorCode.TOO_LARGE, id="endless-reason-phrase"),
         pytest.param(
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: " + b"t" * 200000,
