@@ -4,7 +4,9 @@ Owns idle upstream connections between requests: a connection is only ever reuse
 principal and the same vetted address, name and port it was opened for (a pinned decision is
 never widened by reuse, and one principal's connection never carries another's request or
 response, whatever an origin leaves in it), most recently used first, bounded per key and in
-total, and closed once idle too long.
+total, and closed once idle too long. (Between its own consecutive requests a client connection
+keeps the upstream it last used, `ClientConnection.take_upstream`, under the same key rule; one
+that does not fit its next request, or whose client leaves, comes here.)
 
 Never dials and never decides: it hands back what a `PinnedTarget` already allows, or nothing.
 """
