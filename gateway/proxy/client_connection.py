@@ -186,6 +186,7 @@ class ClientConnection(asyncio.Protocol):
         idle = self._idle_upstream
         if idle is not None:
             self._idle_upstream = None
+            self.server.pool.kept.discard(idle)
             if self.server.draining:
                 idle.close()
             else:
@@ -266,6 +267,7 @@ class ClientConnection(asyncio.Protocol):
             return
         if idle is not None:
             self._idle_upstream = idle
+            server.pool.kept.add(idle)  # where a reload's revocation and a shutdown find it
         if self._queued:
             self._next_exchange()
             return
@@ -281,18 +283,15 @@ class ClientConnection(asyncio.Protocol):
         if idle is None:
             return None
         self._idle_upstream = None
-        owner, address, name, port = idle.key
+        pool = self.server.pool
+        pool.kept.discard(idle)
         transport = idle.transport
-        if (
-            owner == principal
-            and name == target.name
-            and port == target.port
-            and address in target.address_texts
-            and transport is not None
-            and not transport.is_closing()
-        ):
+        if transport is None or transport.is_closing():
+            return None  # closed while kept (by the origin, a revocation or its idle time)
+        owner, address, name, port = idle.key
+        if owner == principal and name == target.name and port == target.port and address in target.address_texts:
             return idle
-        self.server.pool.release(idle)
+        pool.release(idle)
         return None
 
     def fail_exchange(self, exchange: ForwardExchange, code: str, message: str) -> None:
@@ -458,14 +457,8 @@ class ClientConnection(asyncio.Protocol):
         self._close()
 
     def revoke_if_denied(self) -> None:
-        """Drop the request in flight (and the connection) if the policy now denies its
-        destination; close the upstream kept for the next request if it denies that one's."""
-        idle = self._idle_upstream
-        if idle is not None and idle.principal_rule is not None and idle.target is not None:
-            loaded = self.server.core.policy.current
-            if revocation(self.server.core, loaded, idle.principal_rule, idle.target, idle.key[1]) is not None:
-                self._idle_upstream = None
-                idle.close()
+        """Drop the request in flight (and the connection) if the policy now denies its destination
+        (the upstream kept for its next request is the pool's to revoke, `UpstreamPool.kept`)."""
         exchange = self._exchange
         if exchange is None or exchange.target is None or exchange.principal_rule is None or self._closed:
             return

@@ -49,6 +49,9 @@ class UpstreamPool:
             MAX_CACHED_POOL_KEYS
         )
         self._sweeper = LazyDeadline(self._sweep, wheel)
+        # Idle connections a client connection kept for its own next request (not parked here):
+        # revoked and closed with the parked ones; the client connection adds and takes them.
+        self.kept: set[UpstreamConnection] = set()
 
     def _keys_for(self, principal: str, target: PinnedTarget) -> tuple[PoolKey, ...]:
         # Formatting an IP address is slow in pure Python; a target's keys are formatted once, and
@@ -100,6 +103,7 @@ class UpstreamPool:
             self._sweeper.set(POOL_SWEEP_S)
 
     def forget(self, conn: UpstreamConnection) -> None:
+        self.kept.discard(conn)
         idle = self._idle.get(conn.key)
         if idle and conn in idle:
             idle.remove(conn)
@@ -109,11 +113,14 @@ class UpstreamPool:
 
     def close_where(self, revoked: Callable[[UpstreamConnection], bool]) -> None:
         """Close the idle connections `revoked` picks (live permission after a policy reload)."""
-        for conn in [conn for idle in self._idle.values() for conn in idle if revoked(conn)]:
+        parked = [conn for idle in self._idle.values() for conn in idle]
+        for conn in [conn for conn in [*parked, *self.kept] if revoked(conn)]:
             conn.close()
 
     def close(self) -> None:
         self._sweeper.cancel()
+        for conn in list(self.kept):
+            conn.close()
         for idle in list(self._idle.values()):
             for conn in list(idle):
                 conn.close()
