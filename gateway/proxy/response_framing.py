@@ -171,6 +171,13 @@ def _read_head(
         kept = pieces
         values: list[bytes] = []
         chunked = irregular = False
+    elif len(pieces) == 5:
+        # One line of note, nearly always Connection: read without slicing the list.
+        connection, coding, dropped = pieces[1], pieces[2], pieces[3]
+        kept = [pieces[0], pieces[4]]
+        values = [connection] if connection else []
+        chunked = coding is not None
+        irregular = connection is None and coding is None and dropped is None
     else:
         kept = pieces[::4]
         values = list(filter(None, pieces[1::4]))
@@ -198,13 +205,11 @@ def _read_head(
         line_start = len(head) - len(head.lstrip(b"\r\n"))
         line_end = head.index(b"\r\n", line_start)
         fields, has_length, chunked, named = _fields_line_by_line(head, line_end, id_field)
-        kept = [_status_line(head, line_start, line_end, status), *fields]
-        return kept, has_length, chunked, named
-    else:
-        # llhttp keeps a connection alive only when the body's end is known: with no
-        # Transfer-Encoding (strict llhttp refuses it beside Content-Length) that is
-        # Content-Length, or a status without a body.
-        has_length = not chunked and (keep_alive or _CONTENT_LENGTH.search(head) is not None)
+        return [_status_line(head, line_start, line_end, status), *fields], has_length, chunked, named
+    # llhttp keeps a connection alive only when the body's end is known: with no Transfer-Encoding
+    # (strict llhttp refuses it beside Content-Length) that is Content-Length, or a status without
+    # a body.
+    has_length = not chunked and (keep_alive or _CONTENT_LENGTH.search(head) is not None)
     kept[-1] = kept[-1][:-2]  # the blank line
     return kept, has_length, chunked, named
 
