@@ -8,12 +8,11 @@ carries out what they say: its one entry in the listener's `deadline.DeadlineWhe
 entry also bounds each attempt of a CONNECT's dial, as the dialer's `DialDeadline`; the dial
 runs without a task, reporting to this connection as its `DialOwner`), the
 write side kept open after the client's FIN, the connection aborted or closed, pipelined requests
-answered in order, denials with X-Egress-Code, the upstream of its last response kept for its
-next request (the pool's key rule; any other goes to the pool), and the request in flight and that
-kept upstream dropped when a policy reload denies them. Each absolute-URI request goes to
-`dispatch.ForwardDispatcher` (decided without a task when cached state suffices), each CONNECT to
-`tunnel_opener.TunnelOpener`; `server.py` owns the listener, `forward.py` the upstream side of
-an exchange and `tunnel.py` an established tunnel.
+answered in order, denials with X-Egress-Code, and the request in flight dropped when a policy
+reload denies it. Each absolute-URI request goes to `dispatch.ForwardDispatcher` (decided without
+a task when cached state suffices), each CONNECT to `tunnel_opener.TunnelOpener`; `server.py`
+owns the listener, `forward.py` the upstream side of an exchange and `tunnel.py` an established
+tunnel.
 
 Never resolves a name or dials a socket itself (the egress core decides; a CONNECT's
 `PinnedDial` and the forward dispatcher's `open_pinned_connection` dial), never parses bytes
@@ -43,9 +42,7 @@ from gateway.tasks import spawn
 
 if TYPE_CHECKING:
     from gateway.egress.connect import PinnedDial
-    from gateway.egress.target import PinnedTarget
     from gateway.proxy.dispatch import KeptDecision
-    from gateway.proxy.forward import UpstreamConnection
     from gateway.proxy.server import ProxyServer
 
 
@@ -64,7 +61,6 @@ class ClientConnection(asyncio.Protocol):
         "_early",
         "_exchange",
         "_framing",
-        "_idle_upstream",
         "_limits",
         "_pause_mask",
         "_queued",
@@ -85,9 +81,6 @@ class ClientConnection(asyncio.Protocol):
         # Each head it parses is made into its exchange at once (one object per request).
         self._framing: RequestFraming[ForwardExchange] | None = RequestFraming(ForwardExchange)
         self._exchange: ForwardExchange | None = None
-        # The upstream of the last response, kept between requests for the next one (`take_upstream`)
-        # instead of a pool release and acquire per request; it goes to the pool once it does not fit.
-        self._idle_upstream: UpstreamConnection | None = None
         self._receiving: ForwardExchange | None = None
         self._queued: deque[ForwardExchange] = deque()
         self._tunnel: Tunnel | None = None
@@ -183,14 +176,6 @@ class ClientConnection(asyncio.Protocol):
             return
         if not self._connecting:
             self._deadline.release()  # while dialing, the entry still bounds the dial
-        idle = self._idle_upstream
-        if idle is not None:
-            self._idle_upstream = None
-            self.server.pool.kept.discard(idle)
-            if self.server.draining:
-                idle.close()
-            else:
-                self.server.pool.release(idle)  # for the other connections, as any idle upstream
         for exchange in [self._exchange, *self._queued]:
             if exchange is not None and exchange.upstream is not None:
                 upstream = exchange.upstream
@@ -245,9 +230,7 @@ class ClientConnection(asyncio.Protocol):
         if not self._pause_mask and not self._closed:
             self.transport.resume_reading()
 
-    def response_finished(
-        self, exchange: ForwardExchange, *, keep_alive: bool, reason: str, idle: UpstreamConnection | None
-    ) -> None:
+    def response_finished(self, exchange: ForwardExchange, *, keep_alive: bool, reason: str) -> None:
         # One histogram per request (latency); sizes are in the close audit line.
         _FORWARD_SECONDS.observe(time.perf_counter() - exchange.started)
         server = self.server
@@ -255,44 +238,19 @@ class ClientConnection(asyncio.Protocol):
         self._exchange = None
         if server.draining:
             server.activity_ended()  # it only wakes a drain
+        if self._closed:
+            return
         # The finished request's own keep-alive, not the connection's.
         limits = self._limits
-        if self._closed or not limits.keep_alive(
-            exchange.client_keep_alive, keep_alive, exchange.body_done, server.draining
-        ):
-            if idle is not None:
-                server.pool.release(idle)  # no next request here: for the other connections
-            if not self._closed:
-                self._close()
+        if not limits.keep_alive(exchange.client_keep_alive, keep_alive, exchange.body_done, server.draining):
+            self._close()
             return
-        if idle is not None:
-            self._idle_upstream = idle
-            server.pool.kept.add(idle)  # where a reload's revocation and a shutdown find it
         if self._queued:
             self._next_exchange()
             return
         # `_next_exchange` with nothing queued, inline: once per keep-alive request.
         limits.response_finished(time.monotonic(), server.core.policy.current.policy.proxy.idle_timeout_s)
         self._deadline.set_at(limits.at)
-
-    def take_upstream(self, principal: str, target: PinnedTarget) -> UpstreamConnection | None:
-        """The upstream kept from the last response, if it is open and was opened for the same
-        principal, one of the target's vetted addresses, its name and port (what
-        `UpstreamPool.acquire` requires); otherwise it goes to the pool and None is returned."""
-        idle = self._idle_upstream
-        if idle is None:
-            return None
-        self._idle_upstream = None
-        pool = self.server.pool
-        pool.kept.discard(idle)
-        transport = idle.transport
-        if transport is None or transport.is_closing():
-            return None  # closed while kept (by the origin, a revocation or its idle time)
-        owner, address, name, port = idle.key
-        if owner == principal and name == target.name and port == target.port and address in target.address_texts:
-            return idle
-        pool.release(idle)
-        return None
 
     def fail_exchange(self, exchange: ForwardExchange, code: str, message: str) -> None:
         """The upstream failed mid-exchange: a 502 if nothing was sent yet, else cut the stream."""
@@ -457,8 +415,7 @@ class ClientConnection(asyncio.Protocol):
         self._close()
 
     def revoke_if_denied(self) -> None:
-        """Drop the request in flight (and the connection) if the policy now denies its destination
-        (the upstream kept for its next request is the pool's to revoke, `UpstreamPool.kept`)."""
+        """Drop the request in flight (and the connection) if the policy now denies its destination."""
         exchange = self._exchange
         if exchange is None or exchange.target is None or exchange.principal_rule is None or self._closed:
             return
@@ -483,10 +440,6 @@ class ClientConnection(asyncio.Protocol):
             self._tunnel.close(reason, abort=True)
             return
         self._closed = True
-        idle = self._idle_upstream
-        if idle is not None:  # a shutdown or revocation: nothing goes back to the pool
-            self._idle_upstream = None
-            idle.close()
         self.transport.abort()
 
     def _close(self) -> None:

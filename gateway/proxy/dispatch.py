@@ -179,9 +179,7 @@ class ForwardDispatcher:
         )
         settings = exchange.settings = loaded.policy.proxy
         head = _upstream_head(exchange, forward)
-        upstream = exchange.client.take_upstream(principal.name, target)
-        if upstream is None:
-            upstream = self.pool.acquire(principal.name, target)
+        upstream = self.pool.acquire(principal.name, target)
         if upstream is None:
             spawn(self._send_on_fresh_connection(exchange, head, settings.connect_timeout_s), name="proxy-dial")
             return

@@ -64,15 +64,7 @@ class ClientSide(Protocol):
 
     def refuse_exchange(self, exchange: ForwardExchange, error: GatewayError) -> None: ...
 
-    def response_finished(
-        self, exchange: ForwardExchange, *, keep_alive: bool, reason: str, idle: UpstreamConnection | None
-    ) -> None:
-        """The exchange is over; `idle` is its upstream if that may carry another request."""
-        ...
-
-    def take_upstream(self, principal: str, target: PinnedTarget) -> UpstreamConnection | None:
-        """The upstream this connection kept from its last response, if it may carry this request."""
-        ...
+    def response_finished(self, exchange: ForwardExchange, *, keep_alive: bool, reason: str) -> None: ...
 
     def fail_exchange(self, exchange: ForwardExchange, code: str, message: str) -> None: ...
 

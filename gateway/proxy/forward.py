@@ -6,9 +6,7 @@ smuggling defences) and writing what it owes the client in one write per read, t
 cap, backpressure both ways, the response deadlines (`proxy.idle_timeout_s` of silence,
 `proxy.response_head_timeout_s` for the head, `proxy.response_timeout_s` in total: 504 before the
 head, a cut stream after it) as its `connection_deadlines.ResponseDeadlines` decides, on one entry
-in the listener's deadline wheel (which, once the connection is idle, also closes it after
-`pool.POOL_IDLE_TIMEOUT_S`), handing it back idle (to its client connection for that one's next
-request, or to the pool), and one retry on a
+in the listener's deadline wheel, parking in the pool, and one retry on a
 fresh connection when a pooled one turns out closed before answering an idempotent request.
 
 Never resolves a name, never dials (the dispatcher hands it a connection to a `PinnedTarget`),
@@ -32,7 +30,7 @@ from gateway.proxy.exchange import (
     ForwardExchange,
     PauseReason,
 )
-from gateway.proxy.pool import POOL_IDLE_TIMEOUT_S, PoolKey, UpstreamPool
+from gateway.proxy.pool import PoolKey, UpstreamPool
 from gateway.proxy.response_framing import ResponseFraming
 
 
@@ -171,14 +169,7 @@ class UpstreamConnection(asyncio.Protocol):
         """A response deadline may have passed: 504 before the head, a cut stream after it."""
         exchange = self.exchange
         if exchange is None:
-            # Idle, parked in the pool or kept by its client connection for that one's next
-            # request: closed once idle for POOL_IDLE_TIMEOUT_S (the next start() moves it on).
-            if self.transport is not None:
-                if time.monotonic() >= self.parked_at + POOL_IDLE_TIMEOUT_S:
-                    self.close()
-                else:
-                    self._deadline.set_at(self.parked_at + POOL_IDLE_TIMEOUT_S)  # parked again since
-            return
+            return  # parked or closed: the next start() sets a fresh deadline
         deadlines = self._deadlines
         deadlines.last_activity = self.last_activity
         at, message = deadlines.expired(time.monotonic(), head_sent=self.head_sent, reading_paused=self._reading_paused)
@@ -244,19 +235,14 @@ class UpstreamConnection(asyncio.Protocol):
             return
         self.exchange = None
         self.framing = None
+        self._deadline.due = None  # `LazyDeadline.clear`, inline: once per request
         self._responses += 1
         if self._reading_paused:
             self.resume_reading()
         exchange.bytes_down = framing.body_bytes
-        idle: UpstreamConnection | None = None
         if self._reusable and framing.reusable and self.transport is not None and not self.transport.is_closing():
             self._spent_framing = framing
-            # Idle from now, wherever it waits (the client connection's next request, or the pool).
-            now = self.parked_at = time.monotonic()
-            self._deadline.set_at(now + POOL_IDLE_TIMEOUT_S)
-            idle = self
-        else:
-            self._deadline.due = None  # `LazyDeadline.clear`, inline
-            if self.transport is not None:
-                self.transport.close()
-        exchange.client.response_finished(exchange, keep_alive=not framing.close_client, reason="done", idle=idle)
+            self.pool.release(self)
+        elif self.transport is not None:
+            self.transport.close()
+        exchange.client.response_finished(exchange, keep_alive=not framing.close_client, reason="done")

@@ -4,9 +4,7 @@ Owns idle upstream connections between requests: a connection is only ever reuse
 principal and the same vetted address, name and port it was opened for (a pinned decision is
 never widened by reuse, and one principal's connection never carries another's request or
 response, whatever an origin leaves in it), most recently used first, bounded per key and in
-total, and closed once idle too long. (Between its own consecutive requests a client connection
-keeps the upstream it last used, `ClientConnection.take_upstream`, under the same key rule; one
-that does not fit its next request, or whose client leaves, comes here.)
+total, and closed once idle too long.
 
 Never dials and never decides: it hands back what a `PinnedTarget` already allows, or nothing.
 """
@@ -49,9 +47,6 @@ class UpstreamPool:
             MAX_CACHED_POOL_KEYS
         )
         self._sweeper = LazyDeadline(self._sweep, wheel)
-        # Idle connections a client connection kept for its own next request (not parked here):
-        # revoked and closed with the parked ones; the client connection adds and takes them.
-        self.kept: set[UpstreamConnection] = set()
 
     def _keys_for(self, principal: str, target: PinnedTarget) -> tuple[PoolKey, ...]:
         # Formatting an IP address is slow in pure Python; a target's keys are formatted once, and
@@ -103,7 +98,6 @@ class UpstreamPool:
             self._sweeper.set(POOL_SWEEP_S)
 
     def forget(self, conn: UpstreamConnection) -> None:
-        self.kept.discard(conn)
         idle = self._idle.get(conn.key)
         if idle and conn in idle:
             idle.remove(conn)
@@ -113,14 +107,11 @@ class UpstreamPool:
 
     def close_where(self, revoked: Callable[[UpstreamConnection], bool]) -> None:
         """Close the idle connections `revoked` picks (live permission after a policy reload)."""
-        parked = [conn for idle in self._idle.values() for conn in idle]
-        for conn in [conn for conn in [*parked, *self.kept] if revoked(conn)]:
+        for conn in [conn for idle in self._idle.values() for conn in idle if revoked(conn)]:
             conn.close()
 
     def close(self) -> None:
         self._sweeper.cancel()
-        for conn in list(self.kept):
-            conn.close()
         for idle in list(self._idle.values()):
             for conn in list(idle):
                 conn.close()
