@@ -173,14 +173,7 @@ class AuditLog:
         # Microseconds; round(x, 6) would format and parse a decimal string for the same value.
         # orjson's text of the float, not `%r`'s: the same where both are plain decimals, and
         # orjson's shortest-digits search is the cheaper of the two.
-        members = close_format % (bytes_up, bytes_down, _dumps(round(duration_s * 1e6) / 1e6))
-        now = time.time()
-        clock = CLOCK
-        fraction = now - clock.start
-        if not 0.0 <= fraction < 1.0:
-            clock.tick(int(now))
-            fraction = now - clock.start
-        self._append_line(clock.line_format % (fraction * 1_000_000) + members + end)
+        self.write_line(close_format % (bytes_up, bytes_down, _dumps(round(duration_s * 1e6) / 1e6)), end)
 
     def _append_record(self, record: dict[str, Any], now: float) -> None:
         # orjson's output loses its opening brace to the shared start (`line_start`).
