@@ -140,12 +140,6 @@ class AuditLog:
         now = record.pop("ts", None)
         self._append_record(record, now if isinstance(now, float) else time.time())
 
-    def write_members(self, members: bytes, *more: bytes) -> None:
-        """A line from members already serialized (`json_members` parts joined by b","), `event`
-        first, then `more` (each empty or with its leading comma): the bytes `write_record`
-        writes for the same fields."""
-        self.write_line(b"".join((members, *more)), b"}\n")
-
     def write_line(self, members: bytes, end: bytes) -> None:
         """A line from its members serialized beforehand (`event` first) and its `end` (the
         client's members, the closing brace and the newline: `audit_fields.client_line_end`):

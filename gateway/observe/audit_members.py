@@ -55,7 +55,7 @@ class ConnectionFields(dict[str, Any]):
 
 def json_members(fields: Mapping[str, Any]) -> bytes:
     """`fields` as the members of a JSON object without its braces (`"k":v,…`; a None is written
-    as null, so a caller that leaves None out drops it first), for `AuditLog.write_members`:
+    as null, so a caller that leaves None out drops it first), for `AuditLog.write_line`:
     members that repeat from line to line (a decision's, a client's) are serialized once instead
     of built into a dict for every line."""
     return orjson.dumps(fields, default=str)[1:-1]
