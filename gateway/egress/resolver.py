@@ -83,16 +83,9 @@ class Resolver:
 
     def cached_addresses(self, name: str) -> tuple[IPAddress, ...] | None:
         """`cached(name).addresses` without building a `Resolution` (the proxy asks per CONNECT and
-        per request): `_fresh`, inline."""
-        cache = self._cache
-        entry = cache.get(name)
-        if entry is None:
-            return None
-        if self._clock() >= entry[0]:
-            del cache[name]
-            return None
-        cache.move_to_end(name)
-        return entry[1].addresses
+        per request)."""
+        entry = self._fresh(name)
+        return entry[1].addresses if entry is not None else None
 
     def _fresh(self, name: str) -> tuple[float, Resolution] | None:
         entry = self._cache.get(name)

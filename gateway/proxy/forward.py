@@ -235,7 +235,7 @@ class UpstreamConnection(asyncio.Protocol):
             return
         self.exchange = None
         self.framing = None
-        self._deadline.due = None  # `LazyDeadline.clear`, inline: once per request
+        self._deadline.clear()
         self._responses += 1
         if self._reading_paused:
             self.resume_reading()
