@@ -112,6 +112,13 @@ def _field_role(name: bytes) -> int:
     return _RELAY
 
 
+def _status_line_bounds(head: bytes) -> tuple[int, int]:
+    """Where the status line starts and ends (before its CRLF): llhttp skips empty lines before
+    a status line (RFC 9112 section 2.2)."""
+    line_start = len(head) - len(head.lstrip(b"\r\n"))
+    return line_start, head.index(b"\r\n", line_start)
+
+
 def _status_line(head: bytes, line_start: int, line_end: int, status: int) -> bytes:
     """`HTTP/1.1 <status> <reason>`, the reason as the origin sent it. llhttp has checked the line:
     a version without spaces, one space, three digits, then a space and the reason, or nothing."""
@@ -191,21 +198,18 @@ def _read_head(
         if values
         else NOTHING_NAMED
     )
-    # The origin's status line is the relayed one when it reads `HTTP/1.1 <3 digits> <reason>`
-    # (llhttp has checked the digits and what may follow them: a space or the CRLF).
-    if not (head.startswith(b"HTTP/1.1 ") and head[12] == 0x20 and status >= 100):
-        # llhttp skips empty lines before a status line (RFC 9112 section 2.2).
-        line_start = len(head) - len(head.lstrip(b"\r\n"))
-        line_end = head.index(b"\r\n", line_start)
-        kept[0] = _status_line(head, line_start, line_end, status) + kept[0][line_end:]
     # The fields a Connection field names are hop-by-hop too (RFC 9110 section 7.6.1): a head
     # naming any that is not cut already is read line by line, as is a head with an irregular line.
     names_only_cut = named <= HOP_BY_HOP or (named <= _HOP_BY_HOP_AND_CLOSE and _CLOSE_FIELD.search(head) is None)
     if irregular or not names_only_cut:
-        line_start = len(head) - len(head.lstrip(b"\r\n"))
-        line_end = head.index(b"\r\n", line_start)
+        line_start, line_end = _status_line_bounds(head)
         fields, has_length, chunked, named = _fields_line_by_line(head, line_end, id_field)
         return [_status_line(head, line_start, line_end, status), *fields], has_length, chunked, named
+    # The origin's status line is the relayed one when it reads `HTTP/1.1 <3 digits> <reason>`
+    # (llhttp has checked the digits and what may follow them: a space or the CRLF).
+    if not (head.startswith(b"HTTP/1.1 ") and head[12] == 0x20 and status >= 100):
+        line_start, line_end = _status_line_bounds(head)
+        kept[0] = _status_line(head, line_start, line_end, status) + kept[0][line_end:]
     # llhttp keeps a connection alive only when the body's end is known: with no Transfer-Encoding
     # (strict llhttp refuses it beside Content-Length) that is Content-Length, or a status without
     # a body.
