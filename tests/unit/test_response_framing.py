@@ -16,7 +16,7 @@ import pytest
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.heads import HOP_BY_HOP
 from gateway.proxy.response_framing import ResponseFraming
-from gateway.proxy.response_head import MAX_INTERIM_RESPONSES, MAX_RESPONSE_HEADERS
+from gateway.proxy.response_head import MAX_INTERIM_RESPONSES, MAX_RESPONSE_HEAD_BYTES, MAX_RESPONSE_HEADERS
 
 
 @dataclass(frozen=True)
@@ -186,6 +186,11 @@ def test_bytes_after_the_complete_response_are_never_relayed_s9_1(read_size: int
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: Transfer-Encoding\r\n\r\n0\r\n\r\n",
             ErrorCode.CONNECT_FAILURE,
             id="connection-names-transfer-encoding",
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: transfer-encoding\r\n\r\nok",
+            ErrorCode.CONNECT_FAILURE,
+            id="only-line-of-note-names-transfer-encoding",
         ),
         pytest.param(
             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n"
@@ -512,3 +517,43 @@ def test_the_head_caps_count_per_response_on_a_reused_framing() -> None:
         framing.feed(response)
         assert framing.complete
         assert framing.reusable
+
+
+def _head_of(length: int) -> bytes:
+    start = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Pad: "
+    return start + b"p" * (length - len(start) - 4) + b"\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("head", "within"),
+    [
+        pytest.param(_head_of(MAX_RESPONSE_HEAD_BYTES), True, id="bytes-at-the-cap"),
+        pytest.param(_head_of(MAX_RESPONSE_HEAD_BYTES + 1), False, id="bytes-past-the-cap"),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\n" + b"X: v\r\n" * (MAX_RESPONSE_HEADERS - 1) + b"Content-Length: 2\r\n\r\n",
+            True,
+            id="fields-at-the-cap",
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\n" + b"X: v\r\n" * MAX_RESPONSE_HEADERS + b"Content-Length: 2\r\n\r\n",
+            False,
+            id="fields-past-the-cap",
+        ),
+    ],
+)
+@pytest.mark.parametrize("reused", [False, True], ids=["fresh", "reused"])
+def test_a_whole_final_head_in_the_first_read_meets_the_same_caps(head: bytes, within: bool, reused: bool) -> None:
+    # The framing cuts a whole final head at the start of a read itself, without the scanner: the
+    # caps hold as the scanner counts them, on a fresh framing and on a reused one.
+    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
+    if reused:
+        framing.feed(b"HTTP/1.1 204 No Content\r\n\r\n")
+        framing = framing.next_response(head_only=False, client_http10=False, close_client=False)
+    if within:
+        assert framing.feed(head + b"ok") == head + b"ok"
+        assert framing.complete
+    else:
+        with pytest.raises(GatewayError) as caught:
+            framing.feed(head + b"ok")
+        assert caught.value.code == ErrorCode.TOO_LARGE
+        assert framing.take_output() == b""
