@@ -46,11 +46,16 @@ def _fields_of_note(dropped: tuple[bytes, ...]) -> re.Pattern[bytes]:
     whitespace after the colon and the relay sends `name: value`, so a line is relayed as its raw
     bytes only when one space and no more whitespace follow the colon; a head with any other line
     is read line by line. Content-Length is relayed as it is, its presence read from llhttp's
-    answer (`should_keep_alive`). A lookahead on the first letter keeps most lines out of the
-    name alternatives; `[^:]` and `[^\\r]` (one excluded byte) are sre's fast repeats."""
-    first_letters = bytes(sorted({name[0] for name in (b"connection", b"transfer-encoding", b"proxy-", *dropped)}))
+    answer (`should_keep_alive`). A lookahead on the first letter (on `conn` for Connection, so
+    that Content-* lines skip the names too) keeps most lines out of the name alternatives;
+    `[^:]` and `[^\r]` (one excluded byte) are sre's fast repeats, and the irregular line's test
+    is a lookahead that consumes nothing."""
+    others = (b"transfer-encoding", b"proxy-", *dropped)
+    first_letters = bytes(sorted({name[0] for name in others}))
     return re.compile(
-        rb"\r\n(?:(?=["
+        rb"\r\n(?:(?="
+        + _any_case(b"conn")
+        + rb"|["
         + first_letters
         + first_letters.upper()
         + rb"])(?:"
@@ -62,7 +67,7 @@ def _fields_of_note(dropped: tuple[bytes, ...]) -> re.Pattern[bytes]:
         + b"|"
         + _any_case(b"proxy-")
         + _TOKEN_CHARS
-        + rb"*):[^\r]*)|[^:]*+:(?:[^ ]| [ \t]))"
+        + rb"*):[^\r]*)|[^:]*+:(?! [^ \t]))"
     )
 
 

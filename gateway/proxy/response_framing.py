@@ -162,7 +162,7 @@ class ResponseFraming:
                         parser.feed_data(rest)
                     after_head = len(rest)
             if after_head:
-                if self._progress != progress or self.complete:
+                if self.complete or self._progress != progress:
                     self._stalled = 0
                 else:
                     self._count_stalled(after_head)
@@ -176,7 +176,11 @@ class ResponseFraming:
         except GatewayError:
             self.reusable = False
             raise
-        return self.take_output()
+        # `take_output`, inline: once per read.
+        out = self._out
+        output = b"".join(out)
+        out.clear()
+        return output
 
     def _count_stalled(self, length: int) -> None:
         # A read with no body byte in it: chunk framing or a trailer section, which llhttp reads
@@ -208,11 +212,9 @@ class ResponseFraming:
     def take_output(self) -> bytes:
         """The bytes owed to the client so far (head and body coalesced into one write)."""
         out = self._out
-        if not out:
-            return b""
-        data = out[0] if len(out) == 1 else b"".join(out)
+        output = b"".join(out)  # one piece is returned as it is, no piece as b""
         out.clear()
-        return data
+        return output
 
     def end_of_stream(self) -> bool:
         """The upstream closed: True when that completes a close-delimited body."""
