@@ -318,6 +318,10 @@ def _head_field_by_field(head: bytes, id_field: bytes) -> bytes:
         pytest.param(b"Proxy-Authenticate: Basic\r\nproxy-connection: close\r\nPROXY-X: 1\r\n", id="proxy-fields"),
         pytest.param(b"Connectionx: 1\r\nTEx: 1\r\nProxy: 1\r\nX-Proxy-A: 1\r\nx-te: 1\r\n", id="lookalike-names-kept"),
         pytest.param(
+            b"Conn: 1\r\nCONNECT: 2\r\nContent-Type: x\r\ncontent-language: y\r\n", id="connection-prefixes-kept"
+        ),
+        pytest.param(b"X-A:1\r\nConnection: X-B\r\nX-B: 2\r\nTE:\r\n", id="irregular-lines-beside-lines-of-note"),
+        pytest.param(
             b"X-Hop: 1\r\nConnection: close, x-hop\r\nconnection: X-Other\r\nX-OTHER: 2\r\n", id="named-fields"
         ),
         pytest.param(b"X-Egress-Id: forged\r\nx-egress-id: forged\r\n", id="origin-egress-id"),
