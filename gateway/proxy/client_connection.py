@@ -231,10 +231,12 @@ class ClientConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def response_finished(self, exchange: ForwardExchange, *, keep_alive: bool, reason: str) -> None:
-        # One histogram per request (latency); sizes are in the close audit line.
-        _FORWARD_SECONDS.observe(time.perf_counter() - exchange.started)
+        # One histogram per request (latency); sizes are in the close audit line, which takes
+        # the same duration.
+        duration_s = time.perf_counter() - exchange.started
+        _FORWARD_SECONDS.observe(duration_s)
         server = self.server
-        server.decisions.record_exchange_close(exchange, reason)
+        server.decisions.record_exchange_close(exchange, reason, duration_s)
         self._exchange = None
         if server.draining:
             server.activity_ended()  # it only wakes a drain
