@@ -83,6 +83,7 @@ class RequestLines:
     def __init__(
         self,
         target: PinnedTarget,
+        *,
         kind: str,
         principal: str,
         method: str | None,
@@ -284,7 +285,15 @@ class ProxyDecisions:
             record["path"] = path
         if original_dst is not None:
             record["original_dst"] = original_dst
-        lines = RequestLines(target, kind, principal.name, method, path, counter, json_members(record))
+        lines = RequestLines(
+            target,
+            kind=kind,
+            principal=principal.name,
+            method=method,
+            path=path,
+            allow_counter=counter,
+            allow_members=json_members(record),
+        )
         if path is None or len(path) <= MAX_CACHED_URL_BYTES:
             self._allow_lines.put(key, lines)
         return lines
