@@ -207,7 +207,7 @@ class ProxyDecisions:
                 close[1],
                 bytes_up,
                 bytes_down,
-                time.perf_counter() - exchange.started if duration_s is None else duration_s,
+                time.monotonic() - exchange.started if duration_s is None else duration_s,
                 client.line_end if type(client) is ConnectionFields else client_line_end(client, drop_none=True),
             )
 

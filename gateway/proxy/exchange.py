@@ -143,7 +143,8 @@ class ForwardExchange:
         self.settings = UNDECIDED_SETTINGS
         self.request_head = b""
         self.retried = False
-        self.started = time.perf_counter()
+        # The monotonic clock, as the connection's deadlines: its close reads one clock for both.
+        self.started = time.monotonic()
         self.status = 0  # the upstream's final status once its head went to the client
         self.lines: RequestLines | None = None  # its audit lines once allowed (`ProxyDecisions`)
         self.principal = ""
