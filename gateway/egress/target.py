@@ -53,13 +53,13 @@ class PinnedTarget:
     # `addresses` as text, formatted once per decision: the dialer and the audit line both need it,
     # and formatting an IP address is slow in pure Python.
     address_texts: tuple[str, ...] = field(init=False)
+    # `host.name`, a field rather than a property: the pool and the audit lines read it per
+    # request and per tunnel, and a property is a Python call each time.
+    name: str = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "address_texts", tuple(str(address) for address in self.addresses))
-
-    @property
-    def name(self) -> str:
-        return self.host.name
+        object.__setattr__(self, "name", self.host.name)
 
 
 class PolicySource(Protocol):

@@ -140,22 +140,37 @@ class AuditLog:
         now = record.pop("ts", None)
         self._append_record(record, now if isinstance(now, float) else time.time())
 
-    def write_line(self, members: bytes, end: bytes) -> None:
+    def write_line(self, members: bytes, end: bytes, now: float | None = None) -> None:
         """A line from its members serialized beforehand (`event` first) and its `end` (the
-        client's members, the closing brace and the newline: `audit_fields.client_line_end`):
-        the bytes `write_record` writes for the same fields. Every allow line of the proxy comes
-        through here."""
+        client's members, the closing brace and the newline: `audit_fields.client_line_end`),
+        written at `now` (`time.time()` when not given): the bytes `write_record` writes for the
+        same fields. Every line comes through here: its start and its buffering are these."""
         if self._sink is None:
             return
-        # The line start without a call (`line_start`'s arithmetic on the same floats).
-        now = time.time()
+        # The line start: the clock's second formatted once, its microseconds per line.
+        if now is None:
+            now = time.time()
         clock = CLOCK
         fraction = now - clock.start
         if not 0.0 <= fraction < 1.0:
             clock.tick(int(now))
             fraction = now - clock.start
         # `%06d` truncates the float as `int()` would.
-        self._append_line(clock.line_format % (fraction * 1_000_000) + members + end)
+        line = clock.line_format % (fraction * 1_000_000) + members + end
+        pending = self._pending
+        if self._failure is not None:
+            # The retry timer writes them; beyond the bound, newer lines are counted, not kept.
+            if len(pending) >= MAX_RETAINED_LINES:
+                self._dropped += 1
+            else:
+                pending.append(line)
+            return
+        pending.append(line)
+        waiting = len(pending)
+        if waiting == 1:
+            self._schedule_flush()
+        elif waiting >= MAX_PENDING_LINES:
+            self.flush()
 
     def write_close(self, close_format: bytes, bytes_up: int, bytes_down: int, duration_s: float, end: bytes) -> None:
         """A close line from its `audit_members.close_format` (everything but the counts and the
@@ -170,23 +185,9 @@ class AuditLog:
         self.write_line(close_format % (bytes_up, bytes_down, _dumps(round(duration_s * 1e6) / 1e6)), end)
 
     def _append_record(self, record: dict[str, Any], now: float) -> None:
-        # orjson's output loses its opening brace to the shared start (`line_start`).
-        self._append_line(CLOCK.line_start(now) + orjson.dumps(record, default=str, option=_NEWLINE)[1:])
-
-    def _append_line(self, line: bytes) -> None:
-        # A line is the shared start as bytes (`line_start`), then its members: built from a dict
-        # whose opening brace orjson's output loses, or from members serialized beforehand.
-        pending = self._pending
-        if self._failure is not None and len(pending) >= MAX_RETAINED_LINES:
-            self._dropped += 1
-            return
-        pending.append(line)
-        if self._failure is not None:
-            return  # the retry timer writes them
-        if len(pending) == 1:
-            self._schedule_flush()
-        elif len(pending) >= MAX_PENDING_LINES:
-            self.flush()
+        # orjson's output, without the opening brace the shared start has, is the line's members
+        # and its end.
+        self.write_line(orjson.dumps(record, default=str, option=_NEWLINE)[1:], b"", now)
 
     def _schedule_flush(self) -> None:
         try:

@@ -27,8 +27,8 @@ SCHEMA_VERSION = 1
 class _Clock:
     """RFC 3339 UTC timestamps; the seconds part is formatted once per second."""
 
-    # `start` (the current second as a float) and `line_format` are read by `AuditLog`'s line
-    # writers without a call.
+    # `start` (the current second as a float) and `line_format` (`{"time":"…","schema":N,` but
+    # the microseconds) are read by `AuditLog.write_line`, the start of every line, without a call.
     __slots__ = ("_text", "_time_format", "line_format", "second", "start")
 
     def __init__(self) -> None:
@@ -52,13 +52,6 @@ class _Clock:
         if second != self.second:
             self.tick(second)
         return self._time_format % int((now - second) * 1_000_000)
-
-    def line_start(self, now: float) -> bytes:
-        """`{"time":"…","schema":N,` — the start every line shares, as bytes."""
-        second = int(now)
-        if second != self.second:
-            self.tick(second)
-        return self.line_format % int((now - second) * 1_000_000)
 
 
 CLOCK = _Clock()

@@ -2,7 +2,8 @@
 
 Owns what every proxy request pays before a byte goes upstream: the credential cache (per policy
 generation), the parsed-target and vetted-host caches, and the decision's audit line and
-`decisions_total` count. A keep-alive request whose name is in the DNS cache is decided here
+`decisions_total` count, with the close line of a forwarded request (both kept per decision and
+request as `RequestLines`). A keep-alive request whose name is in the DNS cache is decided here
 without a task, through `EgressCore.pin_cached`; the listener falls back to `EgressCore.pin`
 on a miss. The checks are the egress core's, never re-implemented here.
 
@@ -42,15 +43,19 @@ MAX_CACHED_HOSTS = 4096
 MAX_CACHED_TARGETS = 4096
 # Longer request targets are parsed every time: the cache must stay small (4096 entries of at most 512 B).
 MAX_CACHED_URL_BYTES = 512
-# Allow and close lines whose members are kept serialized (per `AllowKey`, `CloseKey`); paths
-# longer than the URL bound are serialized every time, as their targets are parsed every time.
+# Requests whose lines are kept serialized (`RequestLines` per `AllowKey`); the lines of a path
+# longer than the URL bound are serialized per request (its target is parsed every time) and
+# live only as long as the request and its connection's kept decision.
 MAX_CACHED_REQUEST_MEMBERS = 4096
+
+# Close formats one `RequestLines` keeps (per status, address and close reason): a request is
+# nearly always answered one way, and the bound keeps a full allow memo small.
+MAX_CLOSES_PER_REQUEST_LINES = 8
 
 # An allow line's: kind, target id, principal, method, path, original_dst.
 AllowKey = tuple[str, int, str, str | None, str | None, str | None]
-# A forwarded request's close line's: kind, target id, principal, method, path, status,
-# address, close reason.
-CloseKey = tuple[str, int, str, bytes, str | None, int, str | None, str]
+# A forwarded request's close line's, beside its `RequestLines`: status, address, close reason.
+CloseKey = tuple[int, str | None, str]
 
 _FORWARD_UP = metrics.HTTP_FORWARD_BYTES.labels("upstream")
 _FORWARD_DOWN = metrics.HTTP_FORWARD_BYTES.labels("downstream")
@@ -64,6 +69,38 @@ class ForwardTarget:
     port: int
     origin_form: bytes
     authority: bytes
+
+
+class RequestLines:
+    """The audit lines of one allowed (kind, target, principal, method, path, original_dst) but
+    their client's members and their counts: the allow line's members and decision count, and
+    a forwarded request's close line formats and outcome counts per `CloseKey`. `record_allow`
+    returns them; a forwarded request holds them until its close line, and a keep-alive
+    connection's kept decision holds them for its next request (no key built per line)."""
+
+    __slots__ = ("allow_counter", "allow_members", "closes", "kind", "method", "path", "principal", "target")
+
+    def __init__(
+        self,
+        target: PinnedTarget,
+        *,
+        kind: str,
+        principal: str,
+        method: str | None,
+        path: str | None,
+        allow_counter: CounterChild,
+        allow_members: bytes,
+    ) -> None:
+        # Held, not only named by id in the memo's key: its id cannot be reused while these live.
+        self.target = target
+        self.kind = kind
+        self.principal = principal
+        self.method = method
+        self.path = path
+        self.allow_counter = allow_counter
+        self.allow_members = allow_members
+        # Per `CloseKey`: the outcome count and the close line's format (`record_exchange_close`).
+        self.closes: dict[CloseKey, tuple[CounterChild, bytes]] = {}
 
 
 class ProxyDecisions:
@@ -81,16 +118,8 @@ class ProxyDecisions:
         self._authorities: BoundedMemo[bytes, Authority] = BoundedMemo(MAX_CACHED_TARGETS)
         self._decision_counters: dict[tuple[str, str, str], CounterChild] = {}
         self._method_names: dict[bytes, str] = {}
-        # Per `AllowKey`: the target, the decision count and the allow line's members but the
-        # client's, serialized (`record_allow`).
-        self._allow_lines: BoundedMemo[AllowKey, tuple[PinnedTarget, CounterChild, bytes]] = BoundedMemo(
-            MAX_CACHED_REQUEST_MEMBERS
-        )
-        # Per `CloseKey`: the target, the outcome count and the close line's format
-        # (`record_exchange_close`).
-        self._close_lines: BoundedMemo[CloseKey, tuple[PinnedTarget, CounterChild, bytes]] = BoundedMemo(
-            MAX_CACHED_REQUEST_MEMBERS
-        )
+        # Per `AllowKey`: its lines (`record_allow`).
+        self._allow_lines: BoundedMemo[AllowKey, RequestLines] = BoundedMemo(MAX_CACHED_REQUEST_MEMBERS)
 
     def principal_for(self, loaded: LoadedPolicy, authorization: bytes | None) -> Principal:
         """Authenticate, caching successes per policy generation (hashing every token per request
@@ -157,58 +186,49 @@ class ProxyDecisions:
             name = self._method_names[method] = method.decode("ascii", "replace")
         return name
 
-    def record_exchange_close(self, exchange: ForwardExchange, reason: str) -> None:
-        """The close audit line of a forwarded request (none for a request that was never allowed)."""
-        target = exchange.target
-        if target is not None:
+    def record_exchange_close(self, exchange: ForwardExchange, reason: str, duration_s: float | None = None) -> None:
+        """The close audit line of a forwarded request (none for a request that was never
+        allowed: it has no `lines`), `duration_s` since it started (read here when not given)."""
+        lines = exchange.lines
+        if lines is not None:
             # The counter children's own field: `inc()` would be one more call each.
             bytes_up = exchange.bytes_up
             bytes_down = exchange.bytes_down
             _FORWARD_UP.value += bytes_up
             _FORWARD_DOWN.value += bytes_down
             upstream = exchange.upstream
-            address = (upstream.key[1] or None) if upstream is not None else None
-            key = (
-                self.kind_override or "http",
-                id(target),
-                exchange.principal,
-                exchange.method,
-                exchange.audit_path,
-                exchange.status,
-                address,
-                reason,
-            )
-            prepared = self._close_lines.get(key)
-            # The target is held with its format: its id cannot be reused while the entry lives.
-            if prepared is None or prepared[0] is not target:
-                prepared = self._close_line(key, target)
-            prepared[1].value += 1
+            key = (exchange.status, (upstream.key[1] or None) if upstream is not None else None, reason)
+            close = lines.closes.get(key)
+            if close is None:
+                close = self._close_line(lines, key)
+            close[0].value += 1
             client = exchange.client.audit_fields
             self.audit.write_close(
-                prepared[2],
+                close[1],
                 bytes_up,
                 bytes_down,
-                time.perf_counter() - exchange.started,
+                time.monotonic() - exchange.started if duration_s is None else duration_s,
                 client.line_end if type(client) is ConnectionFields else client_line_end(client, drop_none=True),
             )
 
-    def _close_line(self, key: CloseKey, target: PinnedTarget) -> tuple[PinnedTarget, CounterChild, bytes]:
+    def _close_line(self, lines: RequestLines, key: CloseKey) -> tuple[CounterChild, bytes]:
         """A forwarded request's close line but its counts and client, as `AuditLog.close_format`:
         the request's `method`, `path` (when audited), `status` (when one came) and the `address`
         after the decision's members."""
-        kind, _, principal, method, path, status, address, reason = key
-        after: dict[str, Any] = {"method": self.method_name(method)}
-        if path is not None:
-            after["path"] = path
+        status, address, reason = key
+        after: dict[str, Any] = {"method": lines.method}
+        if lines.path is not None:
+            after["path"] = lines.path
         if status:
             after["status"] = status
         if address is not None:
             after["address"] = address
-        counter, line_format = self.audit.close_format(kind, principal, target, reason, b"," + json_members(after))
-        prepared = (target, counter, line_format)
-        if path is None or len(path) <= MAX_CACHED_URL_BYTES:
-            self._close_lines.put(key, prepared)
-        return prepared
+        close = self.audit.close_format(lines.kind, lines.principal, lines.target, reason, b"," + json_members(after))
+        closes = lines.closes
+        if len(closes) >= MAX_CLOSES_PER_REQUEST_LINES:
+            closes.clear()
+        closes[key] = close
+        return close
 
     def count_decision(self, kind: str, decision: str, code: str) -> None:
         self._decision_counter(self.kind_override or kind, decision, code).inc()
@@ -230,27 +250,31 @@ class ProxyDecisions:
         path: str | None = None,
         client: Mapping[str, Any] | None = None,
         original_dst: str | None = None,
-    ) -> None:
+    ) -> RequestLines:
         """The allow (or report mode's would_deny) line and count of every surface's decision:
-        CONNECT, plain HTTP, and a transparent connection (which adds the `original_dst` it dialed)."""
+        CONNECT, plain HTTP, and a transparent connection (which adds the `original_dst` it
+        dialed). Returns the lines it wrote from, for `write_allow` and the request's close line."""
         kind = self.kind_override or kind
         # Every member but the client's is the same on every line of this decision and request,
         # so they are serialized once; the client's members are its connection's.
         key = (kind, id(target), principal.name, method, path, original_dst)
-        prepared = self._allow_lines.get(key)
-        # The target is held with its members: its id cannot be reused while the entry lives.
-        if prepared is None or prepared[0] is not target:
-            prepared = self._allow_prepared(key, principal, target)
+        lines = self._allow_lines.get(key)
+        if lines is None or lines.target is not target:
+            lines = self._allow_prepared(key, principal, target)
+        self.write_allow(lines, client)
+        return lines
+
+    def write_allow(self, lines: RequestLines, client: Mapping[str, Any] | None) -> None:
+        """The allow line and count of `lines` (which `record_allow` returned for the same
+        decision and request) for `client`: a kept decision's next request, without a key."""
         # The counter child's own field: `inc()` would be one more call per line.
-        prepared[1].value += 1
+        lines.allow_counter.value += 1
         self.audit.write_line(
-            prepared[2],
+            lines.allow_members,
             client.line_end if type(client) is ConnectionFields else client_line_end(client, drop_none=False),
         )
 
-    def _allow_prepared(
-        self, key: AllowKey, principal: Principal, target: PinnedTarget
-    ) -> tuple[PinnedTarget, CounterChild, bytes]:
+    def _allow_prepared(self, key: AllowKey, principal: Principal, target: PinnedTarget) -> RequestLines:
         """An allow line's count and its members but the client's: the decision's up to
         `rule_pattern`, then `method`, `path` and `original_dst` when given."""
         kind, _, _, method, path, original_dst = key
@@ -261,10 +285,18 @@ class ProxyDecisions:
             record["path"] = path
         if original_dst is not None:
             record["original_dst"] = original_dst
-        prepared = (target, counter, json_members(record))
+        lines = RequestLines(
+            target,
+            kind=kind,
+            principal=principal.name,
+            method=method,
+            path=path,
+            allow_counter=counter,
+            allow_members=json_members(record),
+        )
         if path is None or len(path) <= MAX_CACHED_URL_BYTES:
-            self._allow_lines.put(key, prepared)
-        return prepared
+            self._allow_lines.put(key, lines)
+        return lines
 
     def _allow_line(self, kind: str, principal: Principal, target: PinnedTarget) -> tuple[CounterChild, dict[str, Any]]:
         """The decision count and the members of an allow line up to `rule_pattern`."""

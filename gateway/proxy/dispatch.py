@@ -20,7 +20,13 @@ from gateway.errors import GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
 from gateway.policy.model import LoadedPolicy, Principal
-from gateway.proxy.decision_caches import MAX_CACHED_TARGETS, MAX_CACHED_URL_BYTES, ForwardTarget, ProxyDecisions
+from gateway.proxy.decision_caches import (
+    MAX_CACHED_TARGETS,
+    MAX_CACHED_URL_BYTES,
+    ForwardTarget,
+    ProxyDecisions,
+    RequestLines,
+)
 from gateway.proxy.exchange import ForwardExchange, build_request_head
 from gateway.proxy.forward import UpstreamConnection
 from gateway.proxy.pool import UpstreamPool
@@ -42,6 +48,8 @@ class KeptDecision:
         "head_headers",
         "head_method",
         "head_named",
+        "lines",
+        "lines_method",
         "principal",
         "target",
         "url",
@@ -67,6 +75,10 @@ class KeptDecision:
         self.head_headers: list[tuple[bytes, bytes]] | None = None
         self.head_chunked = False
         self.head_named: frozenset[bytes] = frozenset()
+        # The audit lines of its last request and that request's method: a request with the
+        # same method (and target) has the same lines (same principal, kind and path: same URI).
+        self.lines: RequestLines | None = None
+        self.lines_method = b""
 
 
 def _upstream_head(exchange: ForwardExchange, forward: ForwardTarget) -> bytes:
@@ -165,18 +177,29 @@ class ForwardDispatcher:
         exchange.principal = principal.name
         exchange.principal_rule = principal
         exchange.target = target
-        audit_path = self._audit_paths.get(forward.origin_form)
-        if audit_path is None:
-            audit_path = self._audit_path(forward.origin_form)
-        exchange.audit_path = audit_path
-        self.decisions.record_allow(
-            "http",
-            principal,
-            target,
-            method=self.decisions.method_name(exchange.method),
-            path=exchange.audit_path,
-            client=exchange.client.audit_fields,
-        )
+        method = exchange.method
+        client = exchange.client
+        # The decision `start` just kept for this request (or reused): its last lines are this
+        # request's when the method and target are the same.
+        kept = client.kept_decision
+        lines = kept.lines if kept is not None else None
+        if kept is not None and lines is not None and lines.target is target and kept.lines_method == method:
+            self.decisions.write_allow(lines, client.audit_fields)
+        else:
+            audit_path = self._audit_paths.get(forward.origin_form)
+            if audit_path is None:
+                audit_path = self._audit_path(forward.origin_form)
+            lines = self.decisions.record_allow(
+                "http",
+                principal,
+                target,
+                method=self.decisions.method_name(method),
+                path=audit_path,
+                client=client.audit_fields,
+            )
+            if kept is not None:
+                kept.lines, kept.lines_method = lines, method
+        exchange.lines = lines
         settings = exchange.settings = loaded.policy.proxy
         head = _upstream_head(exchange, forward)
         upstream = self.pool.acquire(principal.name, target)

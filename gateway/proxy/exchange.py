@@ -25,6 +25,7 @@ from gateway.policy.model import Principal, ProxySettings
 from gateway.proxy.heads import HOP_BY_HOP, connection_tokens
 
 if TYPE_CHECKING:
+    from gateway.proxy.decision_caches import RequestLines
     from gateway.proxy.dispatch import KeptDecision
     from gateway.proxy.forward import UpstreamConnection
 
@@ -83,7 +84,6 @@ class ForwardExchange:
     anything reads it."""
 
     __slots__ = (
-        "audit_path",
         "authorization",
         "body_done",
         "bytes_down",
@@ -94,6 +94,7 @@ class ForwardExchange:
         "client_keep_alive",
         "connection_named",
         "headers",
+        "lines",
         "method",
         "pending",
         "pending_bytes",
@@ -142,9 +143,10 @@ class ForwardExchange:
         self.settings = UNDECIDED_SETTINGS
         self.request_head = b""
         self.retried = False
-        self.started = time.perf_counter()
+        # The monotonic clock, as the connection's deadlines: its close reads one clock for both.
+        self.started = time.monotonic()
         self.status = 0  # the upstream's final status once its head went to the client
-        self.audit_path: str | None = None  # the audit lines' `path` (None when left out)
+        self.lines: RequestLines | None = None  # its audit lines once allowed (`ProxyDecisions`)
         self.principal = ""
         self.principal_rule: Principal | None = None  # what the decision was made for (live permission)
         self.target: PinnedTarget | None = None

@@ -5,7 +5,8 @@ credential and absolute URI; through the real daemon and one httpx keep-alive co
 cases show it still follows what `pin_cached` would decide: a DNS answer replaced after its TTL
 is vetted afresh (here: a rebinding to a denied address is refused), and a policy reload that
 denies the host refuses the next request on the same connection. The upstream head it keeps is
-reused only for a request whose fields are the same.
+reused only for a request whose fields are the same, and its audit lines only for a request with
+the same method.
 """
 
 from __future__ import annotations
@@ -104,5 +105,10 @@ def test_each_request_on_a_kept_decision_reaches_the_origin_with_its_own_method_
     with httpx.Client(proxy=proxy.url, timeout=10) as client:
         seen = [client.request(method, url, headers={} if run is None else {"X-Run": run}).text for method, run in runs]
     assert seen == ["GET 1", "GET 1", "GET 2", "DELETE 2", "GET -", "GET 2"]
-    lines = proxy.wait_audit(lambda lines: sum(line["event"] == "decision" for line in lines) >= len(runs))
+    lines = proxy.wait_audit(lambda lines: sum(line["event"] == "close" for line in lines) >= len(runs))
     assert len({line["conn"] for line in lines if line["event"] == "decision"}) == 1
+    # The kept decision keeps its last request's audit lines: each request's own method on both.
+    methods = [method for method, _ in runs]
+    assert [line["method"] for line in lines if line["event"] == "decision"] == methods
+    assert [line["method"] for line in lines if line["event"] == "close"] == methods
+    assert all(line["path"] == "/" and line["status"] == 200 for line in lines if line["event"] == "close")

@@ -15,7 +15,7 @@ import pytest
 
 from gateway.errors import ErrorCode
 from gateway.observe import metrics
-from gateway.observe.audit import AuditLog
+from gateway.observe.audit import MAX_RETAINED_LINES, AuditLog
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -187,3 +187,28 @@ def test_reopen_writes_to_the_new_file_after_logrotate_moved_it(tmp_path: Path) 
     audit.close()
     assert [line["host"] for line in _lines(tmp_path / "audit.log.1")] == ["before.example"]
     assert [line["host"] for line in _lines(path)] == ["after.example"]
+
+
+def test_lines_beyond_the_retained_bound_are_counted_while_failing_and_the_rest_written(tmp_path: Path) -> None:
+    """While the destination fails, lines are held up to MAX_RETAINED_LINES, proxy lines and dict
+    lines alike; newer ones are dropped and counted on the resume line."""
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    path = directory / "audit.log"
+    audit = AuditLog(str(path), aggregate_s=0)
+    path.unlink()
+    directory.rmdir()
+    extra = 7
+    for index in range(MAX_RETAINED_LINES + extra):
+        if index % 2:
+            audit.write("probe", index=index)
+        else:
+            audit.write_line(b'"event":"probe","index":%d' % index, b"}\n")
+    assert audit.refusal() is not None
+    directory.mkdir()
+    audit.flush()
+    lines = _lines(path)
+    assert [line["index"] for line in lines[:-1]] == list(range(MAX_RETAINED_LINES))
+    assert lines[-1]["event"] == "audit_resumed"
+    assert lines[-1]["dropped"] == extra
+    audit.close()

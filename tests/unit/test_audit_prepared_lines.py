@@ -18,7 +18,7 @@ from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.observe.audit_fields import connection_fields, new_connection_id
 from gateway.policy.model import Principal
-from gateway.proxy.decision_caches import ProxyDecisions
+from gateway.proxy.decision_caches import MAX_CLOSES_PER_REQUEST_LINES, ProxyDecisions
 from gateway.proxy.exchange import ClientSide, ForwardExchange
 from gateway.proxy.forward import UpstreamConnection
 from gateway.vet.urls import vet_host
@@ -252,11 +252,7 @@ def test_a_forwarded_requests_close_line_is_the_generic_close_line(
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path))
     decisions = ProxyDecisions(audit)
-    exchange = ForwardExchange(method.encode(), b"http://a/", [], None, frozenset(), False, False, True)
-    exchange.client = cast(ClientSide, _Client(client))
-    exchange.target = target
-    exchange.principal = "agent"
-    exchange.audit_path = http_path
+    exchange = _exchange(decisions, client, target, method, http_path)
     exchange.status = status
     exchange.bytes_up = 517
     exchange.bytes_down = 4096
@@ -283,18 +279,29 @@ def test_a_forwarded_requests_close_line_is_the_generic_close_line(
             **client,
         )
     audit.close()
-    prepared, generic, again, generic_again = _bodies(path)
+    # The allow line `_exchange` wrote for the request's lines is not compared here.
+    _, prepared, generic, again, generic_again = _bodies(path)
     assert prepared == generic
     assert again == generic_again
     assert b'"outcome":"ok"' in prepared
 
 
-def _exchange(client: dict[str, Any], target: PinnedTarget, method: str, http_path: str | None) -> ForwardExchange:
+def _exchange(
+    decisions: ProxyDecisions,
+    client: dict[str, Any],
+    target: PinnedTarget,
+    method: str,
+    http_path: str | None,
+    principal: str = "agent",
+) -> ForwardExchange:
+    """An allowed request, as the dispatcher leaves it: its allow line written, its lines held."""
     exchange = ForwardExchange(method.encode(), b"http://a/", [], None, frozenset(), False, False, True)
     exchange.client = cast(ClientSide, _Client(client))
     exchange.target = target
-    exchange.principal = "agent"
-    exchange.audit_path = http_path
+    exchange.principal = principal
+    exchange.lines = decisions.record_allow(
+        "http", Principal(principal), target, method=method, path=http_path, client=client
+    )
     return exchange
 
 
@@ -315,9 +322,7 @@ def test_each_request_line_takes_its_own_members_when_they_alternate(tmp_path: P
         ("agent", "/b", 200, None, "idle_timeout"),
     ]
     for principal, http_path, status, address, reason in requests:
-        decisions.record_allow("http", Principal(principal), target, method="GET", path=http_path, client=client)
-        exchange = _exchange(client, target, "GET", http_path)
-        exchange.principal = principal
+        exchange = _exchange(decisions, client, target, "GET", http_path, principal)
         exchange.status = status
         exchange.upstream = None if address is None else cast(UpstreamConnection, _Upstream(address))
         decisions.record_exchange_close(exchange, reason)
@@ -339,9 +344,8 @@ def test_a_prepared_lines_time_is_the_moment_it_was_written(tmp_path: Path) -> N
     decisions = ProxyDecisions(audit)
     target = _target()
     client = connection_fields(("127.0.0.9", 40123))
-    exchange = _exchange(client, target, "GET", "/a")
     before = time.time()
-    decisions.record_allow("http", Principal("agent"), target, method="GET", path="/a", client=client)
+    exchange = _exchange(decisions, client, target, "GET", "/a")
     decisions.record_exchange_close(exchange, "client_closed")
     after = time.time()
     audit.close()
@@ -351,3 +355,36 @@ def test_a_prepared_lines_time_is_the_moment_it_was_written(tmp_path: Path) -> N
         written = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
         # Truncated to the microsecond, as the line start writes it.
         assert int(before * 1e6) / 1e6 - 1e-6 <= written <= after
+
+
+def test_a_requests_close_lines_beyond_the_kept_formats_are_still_its_own(tmp_path: Path) -> None:
+    """More (status, address, reason) outcomes than one request's lines keep formats for: each
+    close line still carries its own status, and the lines keep no more than their bound."""
+    path = tmp_path / "audit.log"
+    audit = AuditLog(str(path))
+    decisions = ProxyDecisions(audit)
+    exchange = _exchange(decisions, connection_fields(("127.0.0.9", 40123)), _target(), "GET", "/a")
+    statuses = [200 + n for n in range(MAX_CLOSES_PER_REQUEST_LINES + 3)] * 2
+    for status in statuses:
+        exchange.status = status
+        decisions.record_exchange_close(exchange, "client_closed")
+    audit.close()
+    assert exchange.lines is not None
+    assert len(exchange.lines.closes) <= MAX_CLOSES_PER_REQUEST_LINES
+    closes = [json.loads(line) for line in path.read_bytes().splitlines()][1:]
+    assert [line["status"] for line in closes] == statuses
+    assert all(line["path"] == "/a" and line["method"] == "GET" for line in closes)
+
+
+def test_a_close_line_takes_the_duration_its_caller_measured(tmp_path: Path) -> None:
+    """The duration the connection observed in its latency histogram is the line's own."""
+    path = tmp_path / "audit.log"
+    audit = AuditLog(str(path))
+    decisions = ProxyDecisions(audit)
+    exchange = _exchange(decisions, connection_fields(("127.0.0.9", 40123)), _target(), "GET", "/a")
+    decisions.record_exchange_close(exchange, "done", 98765.4321)
+    decisions.record_exchange_close(exchange, "done")  # measured here: the request just started
+    audit.close()
+    given, measured = (json.loads(line)["duration_s"] for line in path.read_bytes().splitlines()[1:])
+    assert given == 98765.4321
+    assert 0.0 <= measured < 60.0
