@@ -140,21 +140,20 @@ class ResponseFraming:
                 parser.feed_data(data)
                 after_head = len(data)
             else:
-                end = data.find(HEAD_END) if self._scanner is None else -1
+                head_length = data.find(HEAD_END) + len(HEAD_END) if self._scanner is None else 0
                 if (
-                    end >= 0
+                    len(HEAD_END) <= head_length <= MAX_RESPONSE_HEAD_BYTES
                     and data.startswith(b"HTTP/1.1 ")
                     and data[9] > 0x31
-                    and end < MAX_RESPONSE_HEAD_BYTES - 3
-                    and data.count(b"\n", 0, end + 4) <= MAX_RESPONSE_HEADERS + 2
+                    and data.count(b"\n", 0, head_length) <= MAX_RESPONSE_HEADERS + 2
                 ):
                     # The common case, inline: the exchange's first read starts with a whole final
                     # head (its status is not 1xx, so no other head follows) within the scanner's
                     # caps for one head, so llhttp takes the whole read in one call.
-                    self._head = data[: end + 4]
+                    self._head = data[:head_length]
                     progress = self._progress
                     parser.feed_data(data)
-                    after_head = len(data) - end - 4
+                    after_head = len(data) - head_length
                 else:
                     rest = self._take_heads(data)
                     progress = self._progress
