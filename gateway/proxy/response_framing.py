@@ -3,9 +3,10 @@
 Owns the response half of plain HTTP forwarding as a state object in the style of h11: heads cut
 out of the stream on raw bytes under the response-head caps (`response_head.py`), validated and
 framed by llhttp (httptools, strict) with no Python call per field, hop-by-hop fields and the
-fields `Connection` names cut out of the raw head once llhttp accepted it, the body re-framed (the
-client gets `Content-Length` as sent, or chunked whatever the upstream used, or a close-delimited
-body for an HTTP/1.0 client), interim responses relayed to HTTP/1.1 clients only,
+fields `Connection` names cut out of the raw head once llhttp accepted it (`response_fields.py`;
+a whole final head at the start of a read goes to llhttp with its body in one call), the body
+re-framed (the client gets `Content-Length` as sent, or chunked whatever the upstream used, or a
+close-delimited body for an HTTP/1.0 client), interim responses relayed to HTTP/1.1 clients only,
 and the facts the connection owner acts on: whether the final head went out, whether the response
 is complete, whether the upstream connection may be reused, whether the client must be closed.
 
