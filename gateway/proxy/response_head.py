@@ -6,6 +6,8 @@ with a bounded buffer, and a head is handed to the parser only once it is whole.
 that sends a header line that never ends, hundreds of thousands of fields or an endless reason
 phrase is cut at the cap (`too_large`) instead of feeding llhttp a fragment per read (httptools
 joins the fragments of one field by concatenation, which is quadratic in the number of reads).
+`ResponseFraming.feed` checks a whole final head at the start of an exchange's first read against
+the same caps itself (one head: its bytes, its lines) and makes a scanner for every other read.
 
 Pure: bytes in, whole heads out. Never touches a socket, never quotes upstream bytes in an error.
 """
@@ -33,14 +35,6 @@ class ResponseHeadScanner:
         self._total = 0  # head bytes of this exchange so far, interim heads included
         self._fields = 0  # field lines of this exchange so far
         self._heads = 0
-
-    def restart(self) -> None:
-        """Count from zero again, for the next exchange on the same connection (cheaper than a new
-        scanner per response). Called only between exchanges, when no head is held."""
-        self._total = self._fields = self._heads = 0
-        if self._buffer:
-            self._buffer = bytearray()
-            self._scanned = 0
 
     def take_head(self, data: bytes) -> tuple[bytes, memoryview] | None:
         """The whole head (with its blank line, as bytes: the framing reads its lines) and a view

@@ -16,7 +16,7 @@ import pytest
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.heads import HOP_BY_HOP
 from gateway.proxy.response_framing import ResponseFraming
-from gateway.proxy.response_head import MAX_INTERIM_RESPONSES, MAX_RESPONSE_HEADERS
+from gateway.proxy.response_head import MAX_INTERIM_RESPONSES, MAX_RESPONSE_HEAD_BYTES, MAX_RESPONSE_HEADERS
 
 
 @dataclass(frozen=True)
@@ -188,6 +188,11 @@ def test_bytes_after_the_complete_response_are_never_relayed_s9_1(read_size: int
             id="connection-names-transfer-encoding",
         ),
         pytest.param(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: transfer-encoding\r\n\r\nok",
+            ErrorCode.CONNECT_FAILURE,
+            id="only-line-of-note-names-transfer-encoding",
+        ),
+        pytest.param(
             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n"
             b"cOnNeCtIoN: X-A, Content-LENGTH\r\n\r\nok",
             ErrorCode.CONNECT_FAILURE,
@@ -312,6 +317,10 @@ def _head_field_by_field(head: bytes, id_field: bytes) -> bytes:
         ),
         pytest.param(b"Proxy-Authenticate: Basic\r\nproxy-connection: close\r\nPROXY-X: 1\r\n", id="proxy-fields"),
         pytest.param(b"Connectionx: 1\r\nTEx: 1\r\nProxy: 1\r\nX-Proxy-A: 1\r\nx-te: 1\r\n", id="lookalike-names-kept"),
+        pytest.param(
+            b"Conn: 1\r\nCONNECT: 2\r\nContent-Type: x\r\ncontent-language: y\r\n", id="connection-prefixes-kept"
+        ),
+        pytest.param(b"X-A:1\r\nConnection: X-B\r\nX-B: 2\r\nTE:\r\n", id="irregular-lines-beside-lines-of-note"),
         pytest.param(
             b"X-Hop: 1\r\nConnection: close, x-hop\r\nconnection: X-Other\r\nX-OTHER: 2\r\n", id="named-fields"
         ),
@@ -512,3 +521,43 @@ def test_the_head_caps_count_per_response_on_a_reused_framing() -> None:
         framing.feed(response)
         assert framing.complete
         assert framing.reusable
+
+
+def _head_of(length: int) -> bytes:
+    start = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Pad: "
+    return start + b"p" * (length - len(start) - 4) + b"\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("head", "within"),
+    [
+        pytest.param(_head_of(MAX_RESPONSE_HEAD_BYTES), True, id="bytes-at-the-cap"),
+        pytest.param(_head_of(MAX_RESPONSE_HEAD_BYTES + 1), False, id="bytes-past-the-cap"),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\n" + b"X: v\r\n" * (MAX_RESPONSE_HEADERS - 1) + b"Content-Length: 2\r\n\r\n",
+            True,
+            id="fields-at-the-cap",
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\n" + b"X: v\r\n" * MAX_RESPONSE_HEADERS + b"Content-Length: 2\r\n\r\n",
+            False,
+            id="fields-past-the-cap",
+        ),
+    ],
+)
+@pytest.mark.parametrize("reused", [False, True], ids=["fresh", "reused"])
+def test_a_whole_final_head_in_the_first_read_meets_the_same_caps(head: bytes, within: bool, reused: bool) -> None:
+    # The framing cuts a whole final head at the start of a read itself, without the scanner: the
+    # caps hold as the scanner counts them, on a fresh framing and on a reused one.
+    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
+    if reused:
+        framing.feed(b"HTTP/1.1 204 No Content\r\n\r\n")
+        framing = framing.next_response(head_only=False, client_http10=False, close_client=False)
+    if within:
+        assert framing.feed(head + b"ok") == head + b"ok"
+        assert framing.complete
+    else:
+        with pytest.raises(GatewayError) as caught:
+            framing.feed(head + b"ok")
+        assert caught.value.code == ErrorCode.TOO_LARGE
+        assert framing.take_output() == b""
