@@ -29,7 +29,7 @@ from gateway.proxy.decision_caches import (
 )
 from gateway.proxy.exchange import ForwardExchange, build_request_head
 from gateway.proxy.forward import UpstreamConnection
-from gateway.proxy.pool import UpstreamPool
+from gateway.proxy.pool import PoolKey, UpstreamPool
 from gateway.tasks import spawn
 
 _HTTP_LATENCY = metrics.CONNECT_SECONDS.labels("http")
@@ -38,7 +38,8 @@ _HTTP_LATENCY = metrics.CONNECT_SECONDS.labels("http")
 class KeptDecision:
     """A client connection's last decision from cached state, for its next request: the same
     credential and absolute URI under the same generation get the same principal and target
-    (`EgressCore.still_pinned` checks that the target still holds, as `pin_cached` would)."""
+    (`EgressCore.still_pinned` checks that the target still holds, as `pin_cached` would). It
+    also keeps what follows from them: the pool keys, the last upstream head and audit lines."""
 
     __slots__ = (
         "authorization",
@@ -49,6 +50,7 @@ class KeptDecision:
         "head_method",
         "lines",
         "lines_method",
+        "pool_keys",
         "principal",
         "target",
         "url",
@@ -61,12 +63,15 @@ class KeptDecision:
         principal: Principal,
         forward: ForwardTarget,
         target: PinnedTarget,
+        *,
+        pool_keys: tuple[PoolKey, ...],
     ) -> None:
         self.authorization = authorization
         self.url = url
         self.principal = principal
         self.forward = forward
         self.target = target
+        self.pool_keys = pool_keys  # `UpstreamPool.keys_for(principal.name, target)`
         # The upstream head last built for this URI, and the request's method, forwarded field
         # lines and chunking it was built from: a request repeating them gets the same bytes
         # (`build_request_head` is a pure function).
@@ -133,7 +138,8 @@ class ForwardDispatcher:
         if target is None:
             spawn(self._pin_then_send(exchange, principal, forward, loaded), name="proxy-forward")
             return
-        client.kept_decision = KeptDecision(authorization, url, principal, forward, target)
+        keys = self.pool.keys_for(principal.name, target)
+        client.kept_decision = KeptDecision(authorization, url, principal, forward, target, pool_keys=keys)
         self._send(exchange, principal, forward, target, loaded)
 
     def retry(self, exchange: ForwardExchange) -> None:
@@ -152,7 +158,10 @@ class ForwardDispatcher:
         client = exchange.client
         if client.closed:
             return  # the client left while we resolved; its connection_lost already cleaned up
-        client.kept_decision = KeptDecision(exchange.authorization, exchange.url, principal, forward, target)
+        keys = self.pool.keys_for(principal.name, target)
+        client.kept_decision = KeptDecision(
+            exchange.authorization, exchange.url, principal, forward, target, pool_keys=keys
+        )
         self._send(exchange, principal, forward, target, loaded)
 
     def _send(
@@ -191,7 +200,12 @@ class ForwardDispatcher:
         exchange.lines = lines
         settings = exchange.settings = loaded.policy.proxy
         head = _upstream_head(exchange, forward)
-        upstream = self.pool.acquire(principal.name, target)
+        # The kept decision's pool keys, unless this request is pinned to another target (a
+        # transparent connection's destination).
+        keys = (
+            kept.pool_keys if kept is not None and kept.target is target else self.pool.keys_for(principal.name, target)
+        )
+        upstream = self.pool.acquire(keys)
         if upstream is None:
             spawn(self._send_on_fresh_connection(exchange, head, settings.connect_timeout_s), name="proxy-dial")
             return

@@ -48,7 +48,9 @@ class UpstreamPool:
         )
         self._sweeper = LazyDeadline(self._sweep, wheel)
 
-    def _keys_for(self, principal: str, target: PinnedTarget) -> tuple[PoolKey, ...]:
+    def keys_for(self, principal: str, target: PinnedTarget) -> tuple[PoolKey, ...]:
+        """The keys under which a connection of `principal` to `target` may be reused: one per
+        vetted address, for `acquire` (a keep-alive connection's kept decision holds them)."""
         # Formatting an IP address is slow in pure Python; a target's keys are formatted once, and
         # looked up by the addresses' text (hashing an `IPv4Address` runs Python code, a str's
         # hash is cached).
@@ -60,12 +62,9 @@ class UpstreamPool:
             )
         return keys
 
-    def acquire(self, principal: str, target: PinnedTarget) -> UpstreamConnection | None:
-        """An idle connection of `principal` to one of the target's vetted addresses (most recently used first)."""
-        # `_keys_for`'s hit, inline: once per request.
-        keys = self._keys.get((principal, target.address_texts, target.name, target.port))
-        if keys is None:
-            keys = self._keys_for(principal, target)
+    def acquire(self, keys: tuple[PoolKey, ...]) -> UpstreamConnection | None:
+        """An idle connection under one of `keys` (`keys_for`: a principal's and a target's
+        vetted addresses), most recently used first."""
         for key in keys:
             idle = self._idle.get(key)
             while idle:
