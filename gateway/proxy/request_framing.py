@@ -337,10 +337,15 @@ class RequestFraming(Generic[H]):
         if method == b"CONNECT":
             self._connect = ConnectHead(url, authorization, b"")
             return  # httptools raises HttpParserUpgrade next; `feed` hands the rest to the tunnel
-        if chunked:
-            self._chunks = ChunkedBodyEnd()
         parser = self._parser
         assert parser is not None  # callbacks run inside feed_data
+        if parser.should_upgrade():
+            # Refused at its head, not once llhttp reaches the message's end: by then the head
+            # event would have started the exchange, and a pooled upstream could see the request.
+            # (llhttp reads `Proxy-Connection: upgrade` as a Connection field too.)
+            self._refuse(GatewayError(ErrorCode.INVALID_INPUT, UPGRADE_REFUSED))
+        if chunked:
+            self._chunks = ChunkedBodyEnd()
         http10 = version == b"HTTP/1.0"
         keep_alive = parser.should_keep_alive()
         self._events.append(
