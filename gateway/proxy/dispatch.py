@@ -46,9 +46,8 @@ class KeptDecision:
         "forward",
         "head",
         "head_chunked",
-        "head_headers",
+        "head_fields",
         "head_method",
-        "head_named",
         "lines",
         "lines_method",
         "pool_keys",
@@ -73,13 +72,13 @@ class KeptDecision:
         self.forward = forward
         self.target = target
         self.pool_keys = pool_keys  # `UpstreamPool.keys_for(principal.name, target)`
-        # The upstream head last built for this URI, and the request fields it was built from: a
-        # request repeating them gets the same bytes (`build_request_head` is a pure function).
+        # The upstream head last built for this URI, and the request's method, forwarded field
+        # lines and chunking it was built from: a request repeating them gets the same bytes
+        # (`build_request_head` is a pure function).
         self.head = b""
         self.head_method = b""
-        self.head_headers: list[tuple[bytes, bytes]] | None = None
+        self.head_fields: bytes | None = None
         self.head_chunked = False
-        self.head_named: frozenset[bytes] = frozenset()
         # The audit lines of its last request and that request's method: a request with the
         # same method (and target) has the same lines (same principal, kind and path: same URI).
         self.lines: RequestLines | None = None
@@ -89,24 +88,14 @@ class KeptDecision:
 def _upstream_head(exchange: ForwardExchange, forward: ForwardTarget) -> bytes:
     """The request's upstream head: the one its connection's kept decision last built when the
     request repeats the fields it was built from, else built (and kept) now."""
-    method, headers, chunked, named = (
-        exchange.method,
-        exchange.headers,
-        exchange.chunked_request,
-        exchange.connection_named,
-    )
+    method, fields, chunked = exchange.method, exchange.fields, exchange.chunked_request
     kept = exchange.client.kept_decision
     if kept is None or kept.forward is not forward:
-        return build_request_head(method, forward.origin_form, forward.authority, headers, chunked, named=named)
-    if (
-        kept.head_headers == headers
-        and kept.head_method == method
-        and kept.head_chunked == chunked
-        and kept.head_named == named
-    ):
+        return build_request_head(method, forward.origin_form, forward.authority, fields, chunked)
+    if kept.head_fields == fields and kept.head_method == method and kept.head_chunked == chunked:
         return kept.head
-    kept.head_method, kept.head_headers, kept.head_chunked, kept.head_named = method, headers, chunked, named
-    kept.head = build_request_head(method, forward.origin_form, forward.authority, headers, chunked, named=named)
+    kept.head_method, kept.head_fields, kept.head_chunked = method, fields, chunked
+    kept.head = build_request_head(method, forward.origin_form, forward.authority, fields, chunked)
     return kept.head
 
 

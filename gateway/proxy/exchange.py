@@ -5,7 +5,8 @@ keep-alive intent as parsed, its body on the way upstream (held, bounded, until 
 exists), the retry rule of an idempotent request, and the decision it was allowed under; the
 `ClientSide` interface the upstream half calls back through; the reasons client reading is paused
 (`PauseReason`); and `build_request_head`, the rewritten head the upstream sees (origin-form
-target, Host from the URI, hop-by-hop fields, the fields Connection names and Proxy-* removed).
+target, Host from the URI, the end-to-end field lines `request_head.py` read from the client's
+head: hop-by-hop fields, the fields Connection names and Proxy-* removed).
 
 Never reads or writes a socket of its own (the listener and `forward.UpstreamConnection` do),
 never decides policy, never forwards Proxy-Authorization.
@@ -20,9 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import GatewayError
-from gateway.memo import BoundedMemo
 from gateway.policy.model import Principal, ProxySettings
-from gateway.proxy.heads import HOP_BY_HOP, connection_tokens
+from gateway.proxy.request_head import request_fields
 
 if TYPE_CHECKING:
     from gateway.proxy.decision_caches import RequestLines
@@ -90,10 +90,11 @@ class ForwardExchange:
         "bytes_up",
         "chunked_request",
         "client",
+        "client_head",
         "client_http10",
         "client_keep_alive",
         "connection_named",
-        "headers",
+        "fields",
         "lines",
         "method",
         "pending",
@@ -117,7 +118,8 @@ class ForwardExchange:
         self,
         method: bytes,
         url: bytes,
-        headers: list[tuple[bytes, bytes]],
+        client_head: bytes,
+        fields: bytes,
         authorization: bytes | None,
         connection_named: frozenset[bytes],
         chunked_request: bool,
@@ -126,7 +128,8 @@ class ForwardExchange:
     ) -> None:
         self.method = method
         self.url = url
-        self.headers = headers
+        self.client_head = client_head  # the head as the client sent it, method to blank line
+        self.fields = fields  # its end-to-end field lines, what the upstream head carries
         self.authorization = authorization
         self.connection_named = connection_named  # the header names its Connection field lists
         self.chunked_request = chunked_request
@@ -150,6 +153,11 @@ class ForwardExchange:
         self.principal = ""
         self.principal_rule: Principal | None = None  # what the decision was made for (live permission)
         self.target: PinnedTarget | None = None
+
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """Every field of the request head as llhttp reads it (the transparent listener's Host)."""
+        return request_fields(self.client_head)
 
     def request_body(self, data: bytes) -> None:
         framed = b"%x\r\n%b\r\n" % (len(data), data) if self.chunked_request else data
@@ -190,47 +198,17 @@ class ForwardExchange:
             upstream.finish()
 
 
-# Whether a request field is never forwarded whatever its message says (hop-by-hop, Proxy-*, the
-# Host the proxy rewrites), remembered per name as sent, as the response side remembers its roles:
-# lower-casing and classifying each name per request cost more than copying its line.
-MAX_REMEMBERED_REQUEST_FIELD_NAME_BYTES = 64
-MAX_REMEMBERED_REQUEST_FIELD_NAMES = 1024
-_DROPPED_REQUEST_FIELDS: BoundedMemo[bytes, bool] = BoundedMemo(MAX_REMEMBERED_REQUEST_FIELD_NAMES)
-
-
-def _learn_dropped(name: bytes) -> bool:
-    lowered = name.lower()
-    dropped = lowered in HOP_BY_HOP or lowered.startswith(b"proxy-") or lowered == b"host"
-    if len(name) <= MAX_REMEMBERED_REQUEST_FIELD_NAME_BYTES:
-        _DROPPED_REQUEST_FIELDS.put(name, dropped)
-    return dropped
-
-
-def build_request_head(
-    method: bytes,
-    target: bytes,
-    authority: bytes,
-    headers: list[tuple[bytes, bytes]],
-    chunked: bool,
-    *,
-    named: frozenset[bytes] | None = None,
-) -> bytes:
-    """The upstream head: origin-form target, Host from the absolute URI, end-to-end headers only.
-
-    `named` are the header names the request's Connection field lists, when the caller already
-    collected them while parsing (None: scan `headers` for Connection here)."""
-    if named is None:
-        named = connection_tokens(headers)
-    parts = [method, b" ", target, b" HTTP/1.1\r\nHost: ", authority, b"\r\n"]
-    dropped_names = _DROPPED_REQUEST_FIELDS
-    for name, value in headers:
-        dropped = dropped_names.get(name)
-        if dropped is None:
-            dropped = _learn_dropped(name)
-        if dropped or (named and name.lower() in named):
-            continue
-        parts += (name, b": ", value, b"\r\n")
-    if chunked:
-        parts.append(b"Transfer-Encoding: chunked\r\n")
-    parts.append(b"\r\n")
-    return b"".join(parts)
+def build_request_head(method: bytes, target: bytes, authority: bytes, fields: bytes, chunked: bool) -> bytes:
+    """The upstream head: origin-form target, Host from the absolute URI, then the request's
+    end-to-end field lines (`request_head.read_field_block`'s, each CRLF first)."""
+    return b"".join(
+        (
+            method,
+            b" ",
+            target,
+            b" HTTP/1.1\r\nHost: ",
+            authority,
+            fields,
+            b"\r\nTransfer-Encoding: chunked\r\n\r\n" if chunked else b"\r\n\r\n",
+        )
+    )

@@ -1,13 +1,20 @@
 """The request half of a proxy client connection, without I/O: client bytes in, request events out.
 
-Owns how the listener reads HTTP/1.1 requests, as a state object in the style of h11: llhttp
-(httptools, strict: conflicting or duplicate framing, obs-fold, bare CR/LF, NUL and invalid
-methods are refused by the parser itself), the request-head caps counted on raw bytes (URL, head
-size, field count), the rules the proxy adds (a single `Transfer-Encoding: chunked` only, one
-`Proxy-Authorization`, no `Connection` field naming a framing field, trailers dropped and
-bounded, no protocol upgrade but CONNECT), pipelining (every request of a read comes out in
-order) and the keep-alive intent of each request (RFC 9112 section 9.6: after a request that
-asked to close, further bytes are dropped, not refused).
+Owns how the listener reads HTTP/1.1 requests, as a state object in the style of h11: each head
+cut out of the stream on raw bytes and fed to llhttp alone (httptools, strict: conflicting or
+duplicate framing, obs-fold, bare CR/LF, NUL and invalid methods are refused by the parser
+itself), with no Python call per field: llhttp validates the head in C, the request line is cut
+from it, and `request_head.py` reads the caps (URL, field lines, head bytes, counted on raw
+bytes) and the fields the proxy acts on from the whole head once llhttp accepted it (one
+`Proxy-Authorization`, a single `Transfer-Encoding: chunked` only, no `Connection` field naming
+a framing field). A head split across reads is held, bounded, until whole, each part fed to
+llhttp as it comes, so a malformed start is refused at once, and its fields are checked as each
+next line begins. Of two faults in a head, the first in the stream is the one refused
+(llhttp's or the proxy's own). Bodies are fed to llhttp up to where they end (a Content-Length
+counted, a chunked body's end found by `chunked_end.ChunkedBodyEnd`, which also bounds its
+trailers; trailers are dropped), so every request of a read comes out in order (pipelining), as
+does the keep-alive intent of each (RFC 9112 section 9.6: after a request that asked to close,
+further bytes are dropped, not refused). No protocol upgrade but CONNECT.
 
 Each `feed` returns the events of that read: a request head (what the owner's `new_head` makes
 of it), `RequestBody`, `RequestEnd`, `ConnectHead` (the rest of the read belongs to the tunnel),
@@ -19,28 +26,34 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar, Union
+from typing import Generic, NoReturn, TypeVar, Union
 
 import httptools
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.heads import (
-    FRAMING_FIELDS,
-    MAX_HEAD_BYTES,
-    MAX_HEADERS,
-    MAX_URL_BYTES,
-    NOTHING_NAMED,
-    FieldRoles,
-    named_by_connection,
+from gateway.proxy.chunked_end import ChunkedBodyEnd
+from gateway.proxy.heads import MAX_HEAD_BYTES, MAX_URL_BYTES
+from gateway.proxy.request_head import (
+    LINE_TOO_LONG,
+    HeldFields,
+    content_length,
+    earlier_fault,
+    read_field_block,
+    request_line,
+    too_large,
 )
 
 # What a complete request head (not CONNECT) becomes, made by the framing's owner from the parse:
-# (method, url, headers, authorization, the header names its Connection field lists, chunked,
-# HTTP/1.0, this request's own keep-alive intent, RFC 9112 section 9.3). The listener's is its
-# `ForwardExchange`, so one object per request holds the parse and the exchange (no event record
-# copied into a second one); the request's body and end follow it as events.
+# (method, url, the whole head as sent, its forwarded field lines, authorization, the header
+# names its Connection field lists, chunked, HTTP/1.0, this request's own keep-alive intent, RFC
+# 9112 section 9.3). The listener's is its `ForwardExchange`, so one object per request holds
+# the parse and the exchange (no event record copied into a second one); the request's body and
+# end follow it as events.
 H = TypeVar("H")
-HeadFactory = Callable[[bytes, bytes, list[tuple[bytes, bytes]], bytes | None, frozenset[bytes], bool, bool, bool], H]
+HeadFactory = Callable[
+    [bytes, bytes, bytes, bytes, bytes | None, frozenset[bytes], bool, bool, bool],
+    H,
+]
 
 
 @dataclass(slots=True)
@@ -70,69 +83,58 @@ class Refusal:
 
 
 UPGRADE_REFUSED = "protocol upgrades are not proxied; use CONNECT"
+# llhttp ended a message where the framing did not cut it (never for bytes llhttp accepts).
+OUT_OF_STEP = "malformed request: the message framing could not be followed"
 # `Union`: a generic alias (`RequestEvent[ForwardExchange]`), which `|` cannot spell with a TypeVar.
 RequestEvent = Union[H, RequestBody, RequestEnd, ConnectHead, Refusal]  # noqa: UP007
 _END = RequestEnd()
+HEAD_END = b"\r\n\r\n"
 
 
-# What a request field's name means to the framing, remembered per name as sent (`FieldRoles`).
-_OTHER, _AUTHORIZATION, _CONNECTION, _PROXY_CONNECTION, _TRANSFER_ENCODING = range(5)
-_ROLE_OF_LOWERED = {
-    b"proxy-authorization": _AUTHORIZATION,
-    b"connection": _CONNECTION,
-    b"proxy-connection": _PROXY_CONNECTION,
-    b"transfer-encoding": _TRANSFER_ENCODING,
-}
-
-
-def _request_field_role(name: bytes) -> int:
-    return _ROLE_OF_LOWERED.get(name.lower(), _OTHER)
-
-
-_REQUEST_FIELD_ROLES = FieldRoles(_request_field_role)
-
-
-class _HeadRefused(Exception):
-    """Raised inside an httptools callback to stop parsing; the reason is on the framing."""
+class _Refused(Exception):
+    """Raised to stop parsing (inside an httptools callback or not); the reason is on the framing."""
 
 
 class RequestFraming(Generic[H]):
     """Requests of one client connection, parsed one read at a time; each head made by `new_head`."""
 
     __slots__ = (
-        "_authorization",
-        "_chunked",
+        "_body_left",
+        "_chunks",
         "_connect",
-        "_connection_values",
         "_events",
-        "_head_size",
-        "_headers",
+        "_head",
+        "_head_bytes",
+        "_held",
+        "_held_fields",
+        "_held_lines",
         "_in_head",
         "_new_head",
         "_no_more_requests",
         "_parser",
-        "_proxy_connection",
-        "_raw_head_bytes",
+        "_preface",
         "_refusal",
-        "_url",
         "done",
     )
 
     def __init__(self, new_head: HeadFactory[H]) -> None:
         self._new_head = new_head
+        # Neither `on_url` nor `on_header` (nor `on_message_begin`) is defined, so httptools
+        # installs no callback for them: llhttp calls Python once per head and once per message.
         self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         self._events: list[RequestEvent[H]] = []
-        self._url = b""
-        self._headers: list[tuple[bytes, bytes]] = []
-        self._authorization: bytes | None = None
-        self._chunked = False
-        self._connect = False  # the head was a CONNECT (no HTTP follows it)
-        self._connection_values: list[bytes] = []
-        self._proxy_connection = False  # the head has a Proxy-Connection field
-        self._raw_head_bytes = 0
-        self._head_size = 0
+        # The whole head llhttp is being fed (`on_headers_complete` reads it; empty otherwise).
+        self._head = b""
+        self._head_bytes = 0  # bytes of empty lines before the head being read (they count)
+        self._held: bytearray | None = None  # the start of a head that is not whole yet
+        self._held_lines = 0
+        self._held_fields: HeldFields | None = None  # the checks on a held head's fields so far
+        self._body_left = 0  # bytes of a Content-Length body still to come
+        self._chunks: ChunkedBodyEnd | None = None  # while a chunked body is read
+        self._connect: ConnectHead | None = None  # the head was a CONNECT (no HTTP follows it)
         self._in_head = True
         self._refusal: GatewayError | None = None
+        self._preface = False  # llhttp read an HTTP/2 preface head (no head event)
         self._no_more_requests = False
         self.done = False  # nothing more will be parsed (refused, tunnelled, or asked to close)
 
@@ -141,40 +143,165 @@ class RequestFraming(Generic[H]):
         """Between requests or inside a head (the head deadline applies), not inside a body."""
         return self._in_head
 
-    def feed(self, data: bytes) -> list[RequestEvent[H]]:
+    # One loop over the messages of a read, its common case inline: a helper call per head would
+    # cost more than the branches (once per request).
+    def feed(self, data: bytes) -> list[RequestEvent[H]]:  # noqa: PLR0912, PLR0915
         if self.done:
             return []
         events = self._events = []
         parser = self._parser
         assert parser is not None  # let go of only once done
-        if self._in_head:
-            self._raw_head_bytes += len(data)
         try:
-            parser.feed_data(data)
-        except httptools.HttpParserUpgrade as upgrade:
+            while data and not self._no_more_requests:
+                if not self._in_head:
+                    data = self._body(data)
+                    continue
+                # (A first byte below CR and LF, both line breaks, is never a method: llhttp refuses
+                # it whichever path feeds it.)
+                if self._held is None and data[0] > 0x0D and (end := data.find(HEAD_END)) > 0:
+                    # The common case: a whole head at the start of the read, fed to llhttp alone.
+                    head_end = end + 4  # len(HEAD_END)
+                    if head_end == len(data):
+                        head = part = data
+                        data = b""
+                    else:
+                        head = part = data[:head_end]
+                        data = data[head_end:]
+                else:
+                    cut, part, data = self._cut_head(data)
+                    if cut is None:
+                        continue
+                    head = cut
+                self._head = head
+                parser.feed_data(part)
+                if not self._in_head:
+                    if self._chunks is None:
+                        # llhttp did not end the message with its head: a Content-Length body.
+                        self._body_left = content_length(head)
+                elif self._head:
+                    # llhttp took the head without a head event (the HTTP/2 preface's `PRI`):
+                    # its caps hold all the same, and what follows is llhttp's alone to judge.
+                    self._preface = True
+                    fault = earlier_fault(head, self._head_bytes + len(head))
+                    if fault is not None:
+                        self._refuse(fault)
+        except httptools.HttpParserUpgrade:
             self._finish()
-            if parser.get_method() != b"CONNECT":
-                events.append(
-                    Refusal(GatewayError(ErrorCode.INVALID_INPUT, "protocol upgrades are not proxied; use CONNECT"))
-                )
+            connect = self._connect
+            if connect is None:
+                events.append(Refusal(GatewayError(ErrorCode.INVALID_INPUT, UPGRADE_REFUSED)))
             else:
-                events.append(ConnectHead(self._url, self._authorization, data[upgrade.args[0] :]))
+                connect.rest = data  # the bytes after its head
+                events.append(connect)
             return events
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, _Refused) as exc:
             self._finish()
             if not self._no_more_requests:
-                events.append(
-                    Refusal(self._refusal or GatewayError(ErrorCode.INVALID_INPUT, f"malformed request: {exc}"))
-                )
+                error = self._refusal
+                if error is None and self._in_head and not self._preface:
+                    # llhttp refused bytes of a head: a fault of the proxy's own before them is
+                    # the one refused, as when each field was checked as it ended.
+                    head = self._head or bytes(self._held or b"")
+                    error = earlier_fault(head, self._head_bytes + len(head))
+                events.append(Refusal(error or GatewayError(ErrorCode.INVALID_INPUT, f"malformed request: {exc}")))
             # else RFC 9112 section 9.6: after a request that asked to close, further requests are
             # not processed; it is still owed its response, so the bytes are dropped, not refused.
             return events
         if self._no_more_requests:
             self._finish()
-        elif self._in_head and self._raw_head_bytes > MAX_HEAD_BYTES:
-            self._finish()
-            events.append(Refusal(GatewayError(ErrorCode.TOO_LARGE, "the request head is too large", status=431)))
         return events
+
+    def _cut_head(self, data: bytes) -> tuple[bytes | None, bytes, bytes]:
+        """A head that does not start and end in this read, the rare case: (the whole head, its
+        bytes in this read, the bytes after it), or None while it is not whole. Each part is fed
+        to llhttp as it arrives (it refuses a malformed start at once) and held, the caps
+        counted on what is held."""
+        parser = self._parser
+        assert parser is not None  # called from feed
+        held = self._held
+        if held is None:
+            if data[0] == 0x0D or data[0] == 0x0A:
+                # Empty lines before a request line (RFC 9112 section 2.2): llhttp skips them.
+                start = data.lstrip(b"\r\n")
+                skipped = len(data) - len(start)
+                parser.feed_data(data[:skipped] if start else data)
+                self._head_bytes += skipped
+                if self._head_bytes > MAX_HEAD_BYTES:
+                    self._refuse(too_large("the request head is too large"))
+                return None, b"", start
+            held = self._held = bytearray()
+            self._held_lines = 0
+            self._held_fields = None
+            self._head = b""  # (one llhttp took without a head event: the HTTP/2 preface)
+        searched = max(0, len(held) - (len(HEAD_END) - 1))  # the end may straddle two reads
+        held += data
+        end = held.find(HEAD_END, searched)
+        if end >= 0:
+            head_end = end + len(HEAD_END)
+            taken = head_end - (len(held) - len(data))
+            self._held = None
+            head = bytes(held) if head_end == len(held) else bytes(held[:head_end])
+            return head, data if taken == len(data) else data[:taken], data[taken:]
+        parser.feed_data(data)
+        self._count_held(data)
+        return None, b"", b""
+
+    def _count_held(self, data: bytes) -> None:
+        """The caps on a head not whole yet, once llhttp accepted its bytes so far."""
+        held = self._held
+        assert held is not None  # called as a part is held
+        lines_before = self._held_lines
+        lines = self._held_lines = lines_before + data.count(b"\n")
+        if not lines_before and len(held) > MAX_URL_BYTES:
+            # The request line was not whole before this read: its target may be past the cap.
+            line_end = held.find(b"\r")
+            line = held if line_end < 0 else held[:line_end]
+            target = line[line.find(b" ") + 1 :].lstrip(b" ")
+            target_end = target.find(b" ")
+            if (len(target) if target_end < 0 else target_end) > MAX_URL_BYTES:
+                self._refuse(too_large(LINE_TOO_LONG))
+        if lines:
+            fields = self._held_fields
+            if fields is None:
+                fields = self._held_fields = HeldFields(held.find(b"\r\n") + 2)
+            try:
+                fields.check(held)
+            except GatewayError as error:
+                self._refuse(error)
+        if self._head_bytes + len(held) > MAX_HEAD_BYTES:
+            self._refuse(too_large("the request head is too large"))
+
+    def _body(self, data: bytes) -> bytes:
+        """Feed llhttp the body bytes of this read; returns the bytes after the message."""
+        parser = self._parser
+        assert parser is not None  # called from feed
+        chunks = self._chunks
+        if chunks is None:
+            left = self._body_left
+            if len(data) < left:
+                self._body_left = left - len(data)
+                parser.feed_data(data)
+                return b""
+            self._body_left = 0
+            parser.feed_data(data if len(data) == left else data[:left])
+            if not self._in_head:
+                self._refuse(GatewayError(ErrorCode.INVALID_INPUT, OUT_OF_STEP))
+            return data[left:]
+        end = chunks.end_in(data)
+        if chunks.trailer_bytes > MAX_HEAD_BYTES:
+            # Refused before the message ends (a request that asked to close would have its
+            # refusal dropped), once llhttp accepted the trailer lines.
+            parser.feed_data(data if end < 0 else data[: max(0, end - 2)])
+            self._refuse(too_large("the request trailers are too large"))
+        if end < 0 or end == len(data):
+            parser.feed_data(data)
+            rest = b""
+        else:
+            parser.feed_data(data[:end])
+            rest = data[end:]
+        if end >= 0 and not self._in_head:
+            self._refuse(GatewayError(ErrorCode.INVALID_INPUT, OUT_OF_STEP))
+        return rest
 
     def _finish(self) -> None:
         """Nothing more is parsed: the parser is let go of. It holds this object's callbacks, a
@@ -182,110 +309,56 @@ class RequestFraming(Generic[H]):
         self.done = True
         self._parser = None
 
-    def _refuse(self, error: GatewayError) -> None:
+    def _refuse(self, error: GatewayError) -> NoReturn:
         self._refusal = error
-        raise _HeadRefused
+        raise _Refused
 
     # httptools callbacks ------------------------------------------------------------------------
-    # No `on_message_begin` (a Python call per request): a head's state starts empty, set so by
-    # `__init__` and again once each head is complete, and once each message ends for its size.
-
-    def on_url(self, url: bytes) -> None:
-        self._url += url
-        self._head_size += len(url)
-        if len(self._url) > MAX_URL_BYTES:
-            self._refuse(GatewayError(ErrorCode.TOO_LARGE, "the request line is too long", status=431))
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._head_size += len(name) + len(value) + 4
-        if not self._in_head:
-            # A trailer field (after a chunked body): never merged into the head that already went
-            # upstream or is about to, only bounded. The forwarded body ends with no trailers.
-            if self._head_size > MAX_HEAD_BYTES:
-                self._refuse(GatewayError(ErrorCode.TOO_LARGE, "the request trailers are too large", status=431))
-            return
-        headers = self._headers
-        if len(headers) >= MAX_HEADERS:
-            self._refuse(GatewayError(ErrorCode.TOO_LARGE, f"more than {MAX_HEADERS} header fields", status=431))
-        if self._head_size > MAX_HEAD_BYTES:
-            self._refuse(GatewayError(ErrorCode.TOO_LARGE, "the request head is too large", status=431))
-        role = _REQUEST_FIELD_ROLES.get(name)
-        if role is None:
-            role = _REQUEST_FIELD_ROLES.learn(name)
-        if role:
-            self._note_field(role, value)
-        headers.append((name, value))
-
-    def _note_field(self, role: int, value: bytes) -> None:
-        """A field the framing acts on (not a call for the others, most of them)."""
-        if role == _AUTHORIZATION:
-            if self._authorization is not None:
-                self._refuse(GatewayError(ErrorCode.INVALID_INPUT, "two Proxy-Authorization fields"))
-            self._authorization = value
-        elif role == _CONNECTION:
-            self._connection_values.append(value)
-        elif role == _PROXY_CONNECTION:
-            self._proxy_connection = True  # llhttp reads its keep-alive as a Connection field's
-        else:  # Transfer-Encoding
-            # Only `chunked` alone: any other coding makes the body length ambiguous between us
-            # and the origin (request smuggling).
-            if value.strip().lower() != b"chunked" or self._chunked:
-                self._refuse(GatewayError(ErrorCode.INVALID_INPUT, "only one Transfer-Encoding: chunked is accepted"))
-            self._chunked = True
-
     def on_headers_complete(self) -> None:
+        head = self._head
+        if not head:
+            # A head llhttp read that the framing did not cut out: never fed to the reader.
+            self._refuse(GatewayError(ErrorCode.INVALID_INPUT, OUT_OF_STEP))
+        self._head = b""
+        self._in_head = False
+        counted = self._head_bytes + len(head)
+        self._head_bytes = 0
+        # llhttp accepted the head: its request line is `method SP target SP version` (more
+        # spaces, or no version for HTTP/0.9, on the slower path), its first CRLF ends it.
+        line, _, block = head.partition(b"\r\n")
+        words = line.split(b" ")
+        method, url, version = words if len(words) == 3 and words[1] and words[2] else request_line(line)
+        if len(url) > MAX_URL_BYTES:
+            self._refuse(too_large(LINE_TOO_LONG))
+        try:
+            fields, authorization, named, chunked = read_field_block(block, counted)
+        except GatewayError as error:
+            self._refuse(error)
+        if method == b"CONNECT":
+            self._connect = ConnectHead(url, authorization, b"")
+            return  # httptools raises HttpParserUpgrade next; `feed` hands the rest to the tunnel
         parser = self._parser
         assert parser is not None  # callbacks run inside feed_data
-        self._in_head = False
-        self._raw_head_bytes = 0
-        values = self._connection_values
-        named = named_by_connection(values) if values else NOTHING_NAMED
-        if named and named & FRAMING_FIELDS:
-            # Framing fields are never hop-by-hop: stripping them after they framed the body would
-            # have the origin read the body as a second request (smuggling).
-            self._refuse(
-                GatewayError(ErrorCode.INVALID_INPUT, "the Connection field names Content-Length or Transfer-Encoding")
-            )
-        self._head_size = 0  # from here on it counts trailer bytes
-        method = parser.get_method()
-        if method == b"CONNECT":
-            self._connect = True
-            return  # httptools raises HttpParserUpgrade next; `feed` turns it into a ConnectHead
+        if parser.should_upgrade():
+            # Refused at its head, not once llhttp reaches the message's end: by then the head
+            # event would have started the exchange, and a pooled upstream could see the request.
+            # (llhttp reads `Proxy-Connection: upgrade` as a Connection field too.)
+            self._refuse(GatewayError(ErrorCode.INVALID_INPUT, UPGRADE_REFUSED))
+        if chunked:
+            self._chunks = ChunkedBodyEnd()
+        http10 = version == b"HTTP/1.0"
         keep_alive = parser.should_keep_alive()
-        # llhttp keeps an HTTP/1.0 (or 0.9, 2.0) request alive only when a Connection or
-        # Proxy-Connection field asks it to: kept alive without either, the request is HTTP/1.1,
-        # and the version string (httptools formats one per call, 2.6 k instructions) is not needed.
-        http10 = (
-            False if keep_alive and not values and not self._proxy_connection else parser.get_http_version() == "1.0"
-        )
         self._events.append(
-            self._new_head(
-                method,
-                self._url,
-                self._headers,
-                self._authorization,
-                named,
-                self._chunked,
-                http10,
-                keep_alive,
-            )
+            self._new_head(method, url, head, fields, authorization, named, chunked, http10, keep_alive)
         )
-        # The next head starts empty (the lists went into the event).
-        self._url = b""
-        self._headers = []
-        self._authorization = None
-        self._chunked = False
-        self._proxy_connection = False
-        if values:
-            self._connection_values = []
 
     def on_body(self, body: bytes) -> None:
         self._events.append(RequestBody(body))
 
     def on_message_complete(self) -> None:
         self._in_head = True
-        self._head_size = 0  # the next head's (it counted this message's trailers)
-        if self._connect:
+        self._chunks = None
+        if self._connect is not None:
             return  # no HTTP message follows: `feed` hands the rest to the tunnel
         parser = self._parser
         assert parser is not None  # callbacks run inside feed_data

@@ -18,6 +18,7 @@ import pytest
 
 from tests.harness import proxy as support
 from tests.harness import scripted_origin
+from tests.harness.dns import FakeDNS
 from tests.harness.proxy import ProxyProcess, basic, proxy_policy, raw_exchange
 from tests.harness.scripted_origin import ScriptedFactory, answer_each_request
 
@@ -167,3 +168,38 @@ def _read_response(sock: socket.socket) -> bytes:
             break
         data += chunk
     return data
+
+
+def test_an_upgrade_request_never_reaches_a_pooled_upstream(
+    proxy_factory: ProxyFactory, scripted: ScriptedFactory, fake_dns: FakeDNS
+) -> None:
+    origin = scripted(answer_each_request(OK_RESPONSE), "upgrade.example.org")
+    # Cached, as names are in production: the next request is decided and sent without a task.
+    fake_dns.add("upgrade.example.org", origin.ip, ttl=300)
+    proxy = proxy_factory(proxy_policy([origin.cidr], ports=[origin.port]))
+    url = b"http://upgrade.example.org:%d/" % origin.port
+    get = b"GET %b HTTP/1.1\r\nHost: upgrade.example.org\r\n\r\n" % url
+    upgrade = b"GET %b HTTP/1.1\r\nHost: upgrade.example.org\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n" % url
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as sock:
+        # The first request leaves its upstream pooled and its decision kept, so the same request
+        # with an upgrade asked next could be sent at once, before its refusal.
+        sock.sendall(get)
+        first = b""
+        while not first.endswith(b"\r\n\r\nok"):
+            chunk = sock.recv(65536)
+            assert chunk, first
+            first += chunk
+        assert first.startswith(b"HTTP/1.1 200 "), first
+        sock.sendall(upgrade)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 "), answer
+    assert b"X-Egress-Code: invalid_input" in answer
+    # Had the upgrade been sent, its refusal would have closed that upstream mid-exchange: the
+    # next request reuses the pooled one only if it never carried the upgrade.
+    last = raw_exchange(proxy.port, b"GET %b HTTP/1.1\r\nHost: upgrade.example.org\r\nConnection: close\r\n\r\n" % url)
+    assert last.startswith(b"HTTP/1.1 200 "), last
+    assert origin.connections == 1
+    assert len(origin.requests) == 2, origin.requests
+    _no_tracebacks(proxy)

@@ -295,7 +295,7 @@ def _exchange(
     principal: str = "agent",
 ) -> ForwardExchange:
     """An allowed request, as the dispatcher leaves it: its allow line written, its lines held."""
-    exchange = ForwardExchange(method.encode(), b"http://a/", [], None, frozenset(), False, False, True)
+    exchange = ForwardExchange(method.encode(), b"http://a/", b"", b"", None, frozenset(), False, False, True)
     exchange.client = cast(ClientSide, _Client(client))
     exchange.target = target
     exchange.principal = principal

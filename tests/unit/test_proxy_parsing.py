@@ -10,12 +10,14 @@ import pytest
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.exchange import build_request_head
 from gateway.proxy.heads import (
+    connection_tokens,
     error_response,
     parse_connect_authority,
     parse_proxy_authorization,
     proxy_status,
     split_absolute_target,
 )
+from gateway.proxy.request_head import forwarded_lines
 from gateway.proxy.sni import ClientHelloPeek, PeekStatus
 from gateway.proxy.tunnel import sni_verdict
 
@@ -157,7 +159,8 @@ def test_hop_by_hop_and_proxy_headers_are_not_forwarded() -> None:
         (b"Accept", b"*/*"),
         (b"Content-Length", b"3"),
     ]
-    head = build_request_head(b"POST", b"/p", b"a.example.org", headers, chunked=True)
+    fields = forwarded_lines(headers, connection_tokens(headers))
+    head = build_request_head(b"POST", b"/p", b"a.example.org", fields, chunked=True)
     assert head == (
         b"POST /p HTTP/1.1\r\nHost: a.example.org\r\nAccept: */*\r\nContent-Length: 3\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n"
