@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,6 +35,23 @@ HOP_BY_HOP = frozenset(
 # Connection field naming one would have the proxy strip it after the body was framed by it, so
 # the next hop reads the body as another message (request smuggling). Such a message is refused.
 FRAMING_FIELDS = frozenset({b"content-length", b"transfer-encoding"})
+
+# tchar (RFC 9110 section 5.6.2): a `Proxy-*` name is `proxy-` and any token. For the patterns
+# that cut the lines of note out of a head llhttp accepted (`request_head`, `response_fields`).
+TOKEN_CHARS = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]"
+
+
+def any_case(name: bytes) -> bytes:
+    """A pattern for `name` in any letter case: explicit classes, not re.IGNORECASE, which sre
+    scans far slower."""
+    return b"".join(
+        b"[%c%c]" % (char, char ^ 0x20) if 0x61 <= char <= 0x7A else re.escape(bytes([char])) for char in name
+    )
+
+
+# A field named `close`: `Connection: close` makes it hop-by-hop too (RFC 9110 section 7.6.1), so
+# a head with both is read line by line. Clients and origins almost never send one.
+CLOSE_FIELD = re.compile(rb"\r\n" + any_case(b"close") + b":")
 
 
 @dataclass(frozen=True, slots=True)

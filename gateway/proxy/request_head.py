@@ -23,6 +23,7 @@ import httptools
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.proxy.heads import (
+    CLOSE_FIELD,
     FRAMING_FIELDS,
     HOP_BY_HOP,
     MAX_HEAD_BYTES,
@@ -30,20 +31,10 @@ from gateway.proxy.heads import (
     MAX_URL_BYTES,
     NAMED_BY_SHORT_CONNECTION_VALUE,
     NOTHING_NAMED,
+    TOKEN_CHARS,
+    any_case,
     named_by_connection,
 )
-
-# tchar (RFC 9110 section 5.6.2): a `Proxy-*` name is `proxy-` and any token.
-_TOKEN_CHARS = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]"
-
-
-def _any_case(name: bytes) -> bytes:
-    """A pattern for `name` in any letter case: explicit classes, not re.IGNORECASE, which sre
-    scans far slower."""
-    return b"".join(
-        b"[%c%c]" % (char, char ^ 0x20) if 0x61 <= char <= 0x7A else re.escape(bytes([char])) for char in name
-    )
-
 
 # Never forwarded whatever the message says: hop-by-hop (RFC 9110 section 7.6.1), the Host the
 # proxy rewrites from the absolute URI; `Proxy-*` (the credential among them) too.
@@ -73,16 +64,16 @@ def _lines_of_note() -> re.Pattern[bytes]:
         + first_letters
         + first_letters.upper()
         + rb"])(?:"
-        + _any_case(b"connection")
+        + any_case(b"connection")
         + rb":[ \t]*([^\r]*)|"
-        + _any_case(b"transfer-encoding")
+        + any_case(b"transfer-encoding")
         + rb":[ \t]*([^\r]*)|"
-        + _any_case(b"proxy-authorization")
+        + any_case(b"proxy-authorization")
         + rb":[ \t]*([^\r]*)|(?:"
-        + b"|".join(_any_case(name) for name in _DROPPED_NAMES)
+        + b"|".join(any_case(name) for name in _DROPPED_NAMES)
         + b"|"
-        + _any_case(b"proxy-")
-        + _TOKEN_CHARS
+        + any_case(b"proxy-")
+        + TOKEN_CHARS
         + rb"*):[^\r]*())|[^:]*+:(?=[^ ]| [ \t]))"
     )
 
@@ -90,9 +81,7 @@ def _lines_of_note() -> re.Pattern[bytes]:
 _LINES_OF_NOTE = _lines_of_note()
 # What `split` gives per line of note: the kept bytes before it, then its four groups.
 _STRIDE = 5
-_CONTENT_LENGTH = re.compile(rb"\r\n" + _any_case(b"content-length") + rb":[ \t]*([0-9]+)")
-# `Connection: close` names a field too, which clients almost never send.
-_CLOSE_FIELD = re.compile(rb"\r\n" + _any_case(b"close") + b":")
+_CONTENT_LENGTH = re.compile(rb"\r\n" + any_case(b"content-length") + rb":[ \t]*([0-9]+)")
 
 # Whether a request field is never forwarded whatever its message says, for the heads read line
 # by line, remembered per name as sent: lower-casing and classifying each name cost more.
@@ -193,7 +182,7 @@ def _only_cut_names(named: frozenset[bytes], head: bytes) -> bool:
     if named <= _CUT_NAMES:
         return True
     if named <= _CUT_NAMES_AND_CLOSE:
-        return _CLOSE_FIELD.search(head) is None
+        return CLOSE_FIELD.search(head) is None
     return all(name in _CUT_NAMES or name.startswith(b"proxy-") for name in named)
 
 

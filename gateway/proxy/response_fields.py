@@ -14,25 +14,18 @@ import re
 
 from gateway.memo import BoundedMemo
 from gateway.proxy.heads import (
+    CLOSE_FIELD,
     FRAMING_FIELDS,
     HOP_BY_HOP,
     NAMED_BY_SHORT_CONNECTION_VALUE,
     NOTHING_NAMED,
+    TOKEN_CHARS,
+    any_case,
     named_by_connection,
 )
 
 # What a field name means to the relay, for the heads read line by line (`_field_role`).
 _CONNECTION, _CHUNKED, _DROP, _LENGTH, _EGRESS_ID, _RELAY = range(6)
-# tchar (RFC 9110 section 5.6.2): a `Proxy-*` name is `proxy-` and any token.
-_TOKEN_CHARS = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]"
-
-
-def _any_case(name: bytes) -> bytes:
-    """A pattern for `name` in any letter case: explicit classes, not re.IGNORECASE, which sre
-    scans far slower."""
-    return b"".join(
-        b"[%c%c]" % (char, char ^ 0x20) if 0x61 <= char <= 0x7A else re.escape(bytes([char])) for char in name
-    )
 
 
 def _fields_of_note(dropped: tuple[bytes, ...]) -> re.Pattern[bytes]:
@@ -54,19 +47,19 @@ def _fields_of_note(dropped: tuple[bytes, ...]) -> re.Pattern[bytes]:
     first_letters = bytes(sorted({name[0] for name in others}))
     return re.compile(
         rb"\r\n(?:(?="
-        + _any_case(b"conn")
+        + any_case(b"conn")
         + rb"|["
         + first_letters
         + first_letters.upper()
         + rb"])(?:"
-        + _any_case(b"connection")
+        + any_case(b"connection")
         + rb": ([^\r]*)|("
-        + _any_case(b"transfer-encoding")
+        + any_case(b"transfer-encoding")
         + rb"):[^\r]*|("
-        + b"|".join(_any_case(name) for name in dropped)
+        + b"|".join(any_case(name) for name in dropped)
         + b"|"
-        + _any_case(b"proxy-")
-        + _TOKEN_CHARS
+        + any_case(b"proxy-")
+        + TOKEN_CHARS
         + rb"*):[^\r]*)|[^:]*+:(?! [^ \t]))"
     )
 
@@ -75,9 +68,7 @@ _HOP_BY_HOP_NAMES = (b"keep-alive", b"te", b"trailer", b"upgrade")
 _FIELDS_OF_NOTE = _fields_of_note(_HOP_BY_HOP_NAMES)
 # The origin's X-Egress-Id is dropped when the gateway sends its own.
 _FIELDS_OF_NOTE_BESIDE_AN_ID = _fields_of_note((*_HOP_BY_HOP_NAMES, b"x-egress-id"))
-_CONTENT_LENGTH = re.compile(rb"\r\n" + _any_case(b"content-length") + b":")
-# `Connection: close` names a field too, which origins almost never send.
-_CLOSE_FIELD = re.compile(rb"\r\n" + _any_case(b"close") + b":")
+_CONTENT_LENGTH = re.compile(rb"\r\n" + any_case(b"content-length") + b":")
 _HOP_BY_HOP_AND_CLOSE = HOP_BY_HOP | {b"close"}
 # Names a Connection field may list for the head to be relayed without another look: Connection
 # and Transfer-Encoding are cut already, but naming Transfer-Encoding is refused.
@@ -199,7 +190,7 @@ def read_head(head: bytes, status: int, id_field: bytes, keep_alive: bool) -> tu
     )
     # The fields a Connection field names are hop-by-hop too (RFC 9110 section 7.6.1): a head
     # naming any that is not cut already is read line by line, as is a head with an irregular line.
-    names_only_cut = named <= HOP_BY_HOP or (named <= _HOP_BY_HOP_AND_CLOSE and _CLOSE_FIELD.search(head) is None)
+    names_only_cut = named <= HOP_BY_HOP or (named <= _HOP_BY_HOP_AND_CLOSE and CLOSE_FIELD.search(head) is None)
     if irregular or not names_only_cut:
         line_start, line_end = _status_line_bounds(head)
         fields, has_length, chunked, named = _fields_line_by_line(head, line_end, id_field)
