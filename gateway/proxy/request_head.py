@@ -155,26 +155,51 @@ def request_line(line: bytes) -> tuple[bytes, bytes, bytes]:
 _FIELD_LINES_COUNTED_FROM = 4 * MAX_HEADERS
 
 
+class _FieldRules:
+    """The rules on the fields the proxy acts on, applied one field at a time in stream order:
+    one Proxy-Authorization, and a single `Transfer-Encoding: chunked` only (any other coding
+    makes the body length ambiguous between us and the origin: request smuggling)."""
+
+    __slots__ = ("authorization", "chunked")
+
+    def __init__(self) -> None:
+        self.authorization = False
+        self.chunked = False
+
+    def authorization_field(self) -> None:
+        if self.authorization:
+            raise GatewayError(ErrorCode.INVALID_INPUT, TWO_AUTHORIZATIONS)
+        self.authorization = True
+
+    def coding_field(self, coding: bytes) -> None:
+        if self.chunked or coding.strip().lower() != b"chunked":
+            raise GatewayError(ErrorCode.INVALID_INPUT, ONLY_CHUNKED)
+        self.chunked = True
+
+    def field(self, name: bytes, value: bytes) -> None:
+        """A field line read as llhttp reads it; only the two fields of the rules are looked at."""
+        lowered = name.lower()
+        if lowered == b"proxy-authorization":
+            self.authorization_field()
+        elif lowered == b"transfer-encoding":
+            self.coding_field(value)
+
+
 def _field_rules(pieces: list[bytes | None]) -> tuple[bytes | None, bool]:
     """The Proxy-Authorization value and whether the body is chunked, the rules applied to the
     lines of note in the order they came (the first broken one is the one refused)."""
+    rules = _FieldRules()
     authorization: bytes | None = None
-    chunked = False
     for index in range(1, len(pieces) - 1, _STRIDE):
         value = pieces[index + 2]
         if value is not None:
-            if authorization is not None:
-                raise GatewayError(ErrorCode.INVALID_INPUT, TWO_AUTHORIZATIONS)
+            rules.authorization_field()
             authorization = value
             continue
         coding = pieces[index + 1]
         if coding is not None:
-            # Only `chunked` alone: any other coding makes the body length ambiguous between us
-            # and the origin (request smuggling).
-            if chunked or coding.strip().lower() != b"chunked":
-                raise GatewayError(ErrorCode.INVALID_INPUT, ONLY_CHUNKED)
-            chunked = True
-    return authorization, chunked
+            rules.coding_field(coding)
+    return authorization, rules.chunked
 
 
 def _only_cut_names(named: frozenset[bytes], head: bytes) -> bool:
@@ -307,7 +332,7 @@ def _first_fault(head: bytes, head_bytes: int) -> tuple[int, GatewayError] | Non
 def _first_field_fault(head: bytes, position: int, before: int) -> tuple[int, GatewayError] | None:
     """`_first_fault` among the field lines from `position` on (`before`: the bytes counted
     before the head, its empty lines)."""
-    authorization = chunked = False
+    rules = _FieldRules()
     index = 0
     while (field_end := head.find(b"\r\n", position)) > position:
         error: GatewayError | None = None
@@ -317,15 +342,10 @@ def _first_field_fault(head: bytes, position: int, before: int) -> tuple[int, Ga
             error = too_large("the request head is too large")
         else:
             name, _, value = head[position:field_end].partition(b":")
-            lowered = name.lower()
-            if lowered == b"proxy-authorization":
-                if authorization:
-                    error = GatewayError(ErrorCode.INVALID_INPUT, TWO_AUTHORIZATIONS)
-                authorization = True
-            elif lowered == b"transfer-encoding":
-                if chunked or value.strip().lower() != b"chunked":
-                    error = GatewayError(ErrorCode.INVALID_INPUT, ONLY_CHUNKED)
-                chunked = True
+            try:
+                rules.field(name, value)
+            except GatewayError as broken:
+                error = broken
         if error is not None:
             # httptools hands a field over as the next line's name ends (or the head does).
             following = field_end + 2
@@ -354,12 +374,12 @@ class HeldFields:
     line's name has begun (as httptools handed fields over one by one), so a broken field is
     refused before the client ends its head, and no field is read twice."""
 
-    __slots__ = ("_authorization", "_chunked", "_count", "_next")
+    __slots__ = ("_count", "_next", "_rules")
 
     def __init__(self, start: int) -> None:
         self._next = start  # where the first field line not checked yet starts
         self._count = 0
-        self._authorization = self._chunked = False
+        self._rules = _FieldRules()
 
     def check(self, held: bytearray) -> None:
         last = held.rfind(b"\r\n")
@@ -376,13 +396,5 @@ class HeldFields:
                 raise too_large(TOO_MANY_FIELDS)
             self._count += 1
             name, _, value = line.partition(b":")
-            lowered = name.lower()
-            if lowered == b"proxy-authorization":
-                if self._authorization:
-                    raise GatewayError(ErrorCode.INVALID_INPUT, TWO_AUTHORIZATIONS)
-                self._authorization = True
-            elif lowered == b"transfer-encoding":
-                if self._chunked or value.strip().lower() != b"chunked":
-                    raise GatewayError(ErrorCode.INVALID_INPUT, ONLY_CHUNKED)
-                self._chunked = True
+            self._rules.field(name, value)
         self._next = last + 2
