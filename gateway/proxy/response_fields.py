@@ -157,7 +157,10 @@ def read_head(head: bytes, status: int, id_field: bytes, keep_alive: bool) -> tu
     it: one C call gives the kept spans and, after each, the line's Connection value,
     Transfer-Encoding name and dropped name (or None: an irregular line has none)."""
     pieces = (_FIELDS_OF_NOTE_BESIDE_AN_ID if id_field else _FIELDS_OF_NOTE).split(head)
-    if len(pieces) == 5 and pieces[1] and head.startswith(b"HTTP/1.1 ") and head[12] == 0x20 and status >= 100:
+    # The origin's status line is the relayed one when it reads `HTTP/1.1 <3 digits> <reason>`
+    # (llhttp has checked the digits and what may follow them: a space or the CRLF).
+    status_line_as_sent = head.startswith(b"HTTP/1.1 ") and head[12] == 0x20 and status >= 100
+    if len(pieces) == 5 and pieces[1] and status_line_as_sent:
         # Nearly every keep-alive response: one line of note, a Connection field with a value
         # (`keep-alive`) naming only fields that are cut already and never a framing one, and a
         # status line relayed as it is. The steps below, for that head alone.
@@ -196,9 +199,7 @@ def read_head(head: bytes, status: int, id_field: bytes, keep_alive: bool) -> tu
         fields, has_length, chunked, named = _fields_line_by_line(head, line_end, id_field)
         status_line = _status_line(head, line_start, line_end, status)
         return [status_line, *fields], has_length, chunked, not FRAMING_FIELDS.isdisjoint(named)
-    # The origin's status line is the relayed one when it reads `HTTP/1.1 <3 digits> <reason>`
-    # (llhttp has checked the digits and what may follow them: a space or the CRLF).
-    if not (head.startswith(b"HTTP/1.1 ") and head[12] == 0x20 and status >= 100):
+    if not status_line_as_sent:
         line_start, line_end = _status_line_bounds(head)
         kept[0] = _status_line(head, line_start, line_end, status) + kept[0][line_end:]
     # llhttp keeps a connection alive only when the body's end is known: with no Transfer-Encoding
