@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from datetime import datetime
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import httpx
