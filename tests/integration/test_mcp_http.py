@@ -371,11 +371,7 @@ def test_a_forged_run_token_on_mcp_is_audited_and_counted(mcp_gateway: GatewayPr
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "invalid_run_token"
     line = _line_of(mcp_gateway, response)
-    assert (line["kind"], line["principal"] if "principal" in line else None, line["code"]) == (
-        "mcp",
-        None,
-        "invalid_run_token",
-    )
+    assert (line["kind"], line.get("principal"), line["code"]) == ("mcp", None, "invalid_run_token")
     assert _auth_failures(mcp_gateway, "mcp") == before + 1
     assert all(forged not in str(line) for line in mcp_gateway.audit_lines())
 
