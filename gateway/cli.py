@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="resolve and decide a URL without connecting")
     _add_settings_flags(check)
     check.add_argument("--principal", help="principal name (default: the default principal)")
+    check.add_argument("--method", help="also judge METHOD URL by the inspect rules and name the rule")
     check.add_argument("url")
 
     policy = commands.add_parser("policy", help="policy tools")
@@ -196,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         return commands.serve(settings)
     if args.command == "check":
-        return asyncio.run(commands.check(settings, args.url, args.principal))
+        return asyncio.run(commands.check(settings, args.url, args.principal, args.method))
     if args.command == "mcp":
         from gateway import mcp_commands as mcp_command  # noqa: PLC0415
 

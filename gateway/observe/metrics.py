@@ -174,7 +174,7 @@ LISTENER_REFUSED = Counter(
 # On the loop: an agent retrying with a wrong credential counts one per attempt.
 AUTH_FAILURES = LoopCounter(
     "egress_gateway_auth_failures_total",
-    "Requests refused for a missing or wrong credential, by kind.",
+    "Requests refused for a missing or wrong credential (bearer or run token), by kind.",
     ["kind"],
     registry=REGISTRY,
 )

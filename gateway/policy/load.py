@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import idna
 import yaml
 
+from gateway.policy.inspect_load import parse_inspect
 from gateway.policy.model import (
     Budgets,
     Defaults,
@@ -247,7 +248,7 @@ def _tool_budget(reader: _Reader, node: yaml.Node, where: str, base: ToolLimits)
 
 def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
     where = f"principals.{name}"
-    items = reader.mapping(node, where, {"token_sha256", "egress", "tools", "budgets", "mode"})
+    items = reader.mapping(node, where, {"token_sha256", "egress", "tools", "budgets", "mode", "inspect"})
     principal = Principal(name=name)
     token = None
     if "token_sha256" in items:
@@ -309,7 +310,16 @@ def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
             else budgets.fetch,
         )
     mode = reader.choice(items["mode"], f"{where}.mode", ("enforce", "report")) if "mode" in items else None
-    return replace(principal, token_sha256=token, egress=egress, tools=tools, budgets=budgets, mode=mode)  # type: ignore[arg-type]
+    inspect = parse_inspect(reader, items["inspect"], f"{where}.inspect", "inspect") if "inspect" in items else ()
+    return replace(
+        principal,
+        token_sha256=token,
+        egress=egress,
+        tools=tools,
+        budgets=budgets,
+        mode=mode,  # type: ignore[arg-type]
+        inspect=inspect,
+    )
 
 
 def _orchestrators(reader: _Reader, node: yaml.Node, principals: dict[str, Principal]) -> dict[str, Orchestrator]:
@@ -345,7 +355,7 @@ def _orchestrators(reader: _Reader, node: yaml.Node, principals: dict[str, Princ
 
 
 def _defaults(reader: _Reader, node: yaml.Node) -> Defaults:
-    items = reader.mapping(node, "defaults", {"mode", "ports", "literal_ips", "allow_cidrs", "deny_cidrs"})
+    items = reader.mapping(node, "defaults", {"mode", "ports", "literal_ips", "allow_cidrs", "deny_cidrs", "inspect"})
     defaults = Defaults()
     changes: dict[str, Any] = {}
     if "mode" in items:
@@ -363,6 +373,8 @@ def _defaults(reader: _Reader, node: yaml.Node) -> Defaults:
         changes["allow_cidrs"] = reader.cidrs(items["allow_cidrs"], "defaults.allow_cidrs")
     if "deny_cidrs" in items:
         changes["deny_cidrs"] = reader.cidrs(items["deny_cidrs"], "defaults.deny_cidrs")
+    if "inspect" in items:
+        changes["inspect"] = parse_inspect(reader, items["inspect"], "defaults.inspect", "defaults.inspect")
     return replace(defaults, **{k: v for k, v in changes.items() if v is not None})
 
 
