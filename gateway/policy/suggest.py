@@ -27,6 +27,7 @@ import orjson
 from publicsuffixlist import PublicSuffixList
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.policy.suggest_inspect import base_entry_for, inspect_entries
 from gateway.vet.addresses import AddressGuard, AddressVerdict, IPNetwork
 
 # Kinds whose lines carry a destination the principal's egress rules decided.
@@ -127,6 +128,11 @@ class _Seen:
     internal_hosts: set[str] = field(default_factory=set)
     literal_ips: bool = False
     requests: int = 0
+    # host -> method -> paths, and host -> ports, of lines that carry a method and a path.
+    paths: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    path_ports: dict[str, set[int]] = field(default_factory=dict)
+    # Hosts the lines themselves say were inspected (kind `inspect`, a request rule's id).
+    inspected: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +335,13 @@ def _record(seen: _Seen, entry: Mapping[str, Any]) -> None:
         seen.internal_hosts.add(host)
         return
     seen.hosts.add(host)
+    method, path = entry.get("method"), entry.get("path")
+    if isinstance(method, str) and isinstance(path, str):
+        seen.paths.setdefault(host, {}).setdefault(method.upper(), set()).add(path)
+        if isinstance(port, int):
+            seen.path_ports.setdefault(host, set()).add(port)
+        if kind == "inspect" or "inspect[" in str(entry.get("rule", "")):
+            seen.inspected.add(host)
     try:
         ipaddress.ip_address(host)
         seen.literal_ips = True
@@ -372,6 +385,7 @@ def _document(
         else:
             egress.pop("internal_hosts", None)
         entry["egress"] = egress
+        _learn_inspect(entry, used, defaults.get("inspect") or [])
         entry["tools"] = {"search": "search" in used.tools, "fetch": "fetch" in used.tools}
         tools = ", ".join(sorted(used.tools)) or "none"
         notes.append(
@@ -382,6 +396,21 @@ def _document(
         entry.pop("mode", None)
         principals[name] = entry
     return document, notes
+
+
+def _learn_inspect(entry: dict[str, Any], used: _Seen, shared: list[Any]) -> None:
+    """Methods and path prefixes for the hosts that were inspected (by the lines or the base)."""
+    own = [e for e in entry.get("inspect") or [] if isinstance(e, Mapping)]
+    shared_entries = [e for e in shared if isinstance(e, Mapping)]
+    inspected = {
+        host: methods
+        for host, methods in used.paths.items()
+        if host in used.inspected
+        or base_entry_for(host, own) is not None
+        or base_entry_for(host, shared_entries) is not None
+    }
+    if inspected or own:
+        entry["inspect"] = inspect_entries(inspected, used.path_ports, own)
 
 
 def review_lines(suggestion: Suggestion, source: str) -> list[str]:

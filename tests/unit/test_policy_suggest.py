@@ -11,6 +11,7 @@ import yaml
 from gateway.errors import GatewayError
 from gateway.policy.load import parse_policy
 from gateway.policy.suggest import group_hosts, parse_audit_lines, parse_since, review_lines, suggest
+from gateway.policy.suggest_inspect import path_globs
 
 
 @pytest.mark.parametrize(
@@ -180,3 +181,66 @@ def test_one_principal_and_a_time_bound_select_the_lines() -> None:
 def test_lines_that_are_not_audit_json_are_counted_not_fatal() -> None:
     entries, skipped = parse_audit_lines([b'{"event":"decision"}', b"{cut", b"[1]", b"", b'"text"'])
     assert (len(entries), skipped) == (1, 3)
+
+
+@pytest.mark.parametrize(
+    ("paths", "expected"),
+    [
+        pytest.param(["/simple/requests/"], ["/simple/requests/"], id="one-path-exact"),
+        pytest.param(["/repos/o/a/issues", "/repos/o/b/pulls"], ["/repos/o/**"], id="common-prefix"),
+        pytest.param(["/repos/o/a", "/search/code"], ["/repos/o/a", "/search/code"], id="different-first-segments"),
+        pytest.param(["/a", "/a/b"], ["/a/**"], id="a-path-and-below"),
+        pytest.param(["/x/**/y"], ["/x/**"], id="glob-syntax-in-a-path-stops-the-prefix"),
+        pytest.param(["/x/../etc"], ["/x/**"], id="dot-segment-stops-the-prefix"),
+        pytest.param(["/"], ["/"], id="root"),
+        pytest.param(["relative"], [], id="not-a-path"),
+    ],
+)
+def test_paths_become_the_smallest_globs_that_cover_them(paths: list[str], expected: list[str]) -> None:
+    assert path_globs(paths) == expected
+
+
+def test_inspected_hosts_get_methods_and_path_prefixes_and_unused_entries_stay() -> None:
+    base: dict[str, Any] = {
+        "version": 1,
+        "defaults": {"ports": [80, 443], "inspect": [{"host": "shared.example.org", "access": "read-only"}]},
+        "principals": {
+            "agent": {
+                "egress": {"allow_domains": ["*"]},
+                "inspect": [
+                    {
+                        "host": "*.github.com",
+                        "access": "read-write",
+                        "deny": [{"id": "no-admin", "paths": ["/admin/**"]}],
+                    },
+                    {"host": "gist.example.net", "access": "full"},
+                ],
+            }
+        },
+    }
+    lines = [
+        _line(kind="http", host="api.github.com", port=80, method="GET", path="/repos/o/a/issues"),
+        _line(kind="http", host="api.github.com", port=80, method="GET", path="/repos/o/b/pulls"),
+        _line(kind="http", host="api.github.com", port=80, method="POST", path="/repos/o/a/issues"),
+        _line(kind="http", host="shared.example.org", port=80, method="GET", path="/feed"),
+        _line(
+            kind="inspect", host="pkg.example.com", port=8443, method="get", path="/simple/x/", rule="inspect[2].access"
+        ),
+        _line(kind="http", host="plain.example.com", port=80, method="GET", path="/not-inspected"),
+    ]
+    result = suggest(lines, base=base)
+    inspect = result.document["principals"]["agent"]["inspect"]
+    assert inspect == [
+        {
+            "host": "*.github.com",
+            "deny": [{"id": "no-admin", "paths": ["/admin/**"]}],
+            "allow": [
+                {"methods": ["GET"], "paths": ["/repos/o/**"]},
+                {"methods": ["POST"], "paths": ["/repos/o/a/issues"]},
+            ],
+        },
+        {"host": "gist.example.net", "access": "full"},
+        {"host": "pkg.example.com", "allow": [{"methods": ["GET"], "paths": ["/simple/x/"]}], "ports": [8443]},
+        {"host": "shared.example.org", "allow": [{"methods": ["GET"], "paths": ["/feed"]}], "ports": [80]},
+    ]
+    parse_policy(yaml.safe_dump(result.document))
