@@ -244,6 +244,57 @@ def policy_lint(paths: list[str], diff: list[str] | None) -> int:
     return status
 
 
+def ca_init(settings: Settings, days: int) -> int:
+    """Write a new interception CA to EGRESS_INSPECT_CA_CERT and its key (0600) to EGRESS_INSPECT_CA_KEY."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from gateway.inspect.authority import create_authority, write_authority  # noqa: PLC0415
+
+    if not settings.inspect_ca_cert or not settings.inspect_ca_key:
+        sys.stderr.write("egress-gateway: ca init needs --inspect-ca-cert and --inspect-ca-key (or their env)\n")
+        return EXIT_USAGE
+    if not 1 <= days <= 3650:
+        sys.stderr.write("egress-gateway: --days must be between 1 and 3650\n")
+        return EXIT_USAGE
+    try:
+        write_authority(create_authority(days=days), Path(settings.inspect_ca_cert), Path(settings.inspect_ca_key))
+    except GatewayError as exc:
+        sys.stderr.write(f"egress-gateway: {exc.message}\n")
+        return EXIT_USAGE
+    except OSError as exc:
+        sys.stderr.write(f"egress-gateway: cannot write the CA: {exc}\n")
+        return EXIT_USAGE
+    _emit({"certificate": settings.inspect_ca_cert, "key": settings.inspect_ca_key, "days": days})
+    return EXIT_OK
+
+
+def ca_export(settings: Settings, ca_out: str, bundle_out: str) -> int:
+    """The CA alone and the gateway's trust roots (certifi, EGRESS_CA_BUNDLE) plus the CA."""
+    from pathlib import Path  # noqa: PLC0415
+
+    import certifi  # noqa: PLC0415
+
+    from gateway.inspect.authority import export_bundles, load_authority  # noqa: PLC0415
+
+    if not settings.inspect_ca_cert or not settings.inspect_ca_key:
+        sys.stderr.write("egress-gateway: ca export needs --inspect-ca-cert and --inspect-ca-key (or their env)\n")
+        return EXIT_USAGE
+    try:
+        authority = load_authority(settings.inspect_ca_cert, settings.inspect_ca_key)
+        roots = Path(certifi.where()).read_bytes()
+        if settings.ca_bundle:
+            roots = roots.rstrip(b"\n") + b"\n" + Path(settings.ca_bundle).read_bytes()
+        export_bundles(authority.pem, roots, Path(ca_out), Path(bundle_out))
+    except GatewayError as exc:
+        sys.stderr.write(f"egress-gateway: {exc.message}\n")
+        return EXIT_USAGE
+    except OSError as exc:
+        sys.stderr.write(f"egress-gateway: cannot export: {exc}\n")
+        return EXIT_USAGE
+    _emit({"ca": ca_out, "bundle": bundle_out})
+    return EXIT_OK
+
+
 def policy_hash_token(stdin: TextIO) -> int:
     """The token_sha256 line for a token read from stdin (one trailing newline ignored)."""
     from gateway.policy.decide import token_digest  # noqa: PLC0415

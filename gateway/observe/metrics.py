@@ -203,6 +203,16 @@ TUNNEL_LIMIT_HITS = Counter(
     ["scope"],
     registry=REGISTRY,
 )
+INSPECT_LEAF_MINTS = Counter(
+    "egress_gateway_inspect_leaf_mints_total",
+    "Leaf certificates minted for inspected hosts.",
+    registry=REGISTRY,
+)
+INSPECT_LEAF_CACHE = Gauge(
+    "egress_gateway_inspect_leaf_cache_hosts",
+    "Inspected hosts whose server TLS context is cached.",
+    registry=REGISTRY,
+)
 BUILD_INFO = Gauge(
     "egress_gateway_build_info",
     "Always 1; labels carry the gateway version and the sha256 of the policy file in force.",

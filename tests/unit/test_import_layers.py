@@ -18,7 +18,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "gateway"
 
 # Lower ranks are imported by higher ones, never the reverse.
-RANKS: dict[str, int] = {
+RANKS: dict[str, float] = {
     "gateway": 0,  # the root package: __version__ only
     "errors": 0,
     "memo": 0,
@@ -32,6 +32,7 @@ RANKS: dict[str, int] = {
     "policy": 2,
     "budget": 3,
     "egress": 3,
+    "inspect": 3.5,  # issue 25: the CA, leaves and TLS termination the listeners use; above egress
     "proxy": 4,
     "tools": 4,
     "transparent": 5,  # reuses the proxy's tunnel and SNI peek
