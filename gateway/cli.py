@@ -69,6 +69,28 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument(
         "--diff", nargs=2, metavar=("OLD", "NEW"), help="also print what NEW allows or denies that OLD did not"
     )
+    suggest = policy_commands.add_parser(
+        "suggest",
+        help="learn mode: the smallest policy that would have allowed what an audit log saw",
+        description="Read audit lines (report or enforce mode) and print the smallest policy that would have "
+        "allowed the traffic they record, per principal, with denials and address-guard refusals listed apart.",
+    )
+    suggest.add_argument(
+        "--from",
+        dest="sources",
+        action="append",
+        required=True,
+        metavar="AUDIT_LOG",
+        help="an audit log file, or '-' for stdin; repeat for rotated files",
+    )
+    suggest.add_argument("--principal", help="only this principal's lines (default: every principal seen)")
+    suggest.add_argument("--since", help="only lines from this time on: 2026-12-01T11:00:00Z, or an age: 30m, 2h, 7d")
+    suggest.add_argument(
+        "--base",
+        metavar="POLICY",
+        help="start from this policy (tokens, budgets, settings kept) and list what the suggestion opens or closes",
+    )
+    suggest.add_argument("--output", "-o", metavar="FILE", help="write the policy to FILE and print only the review")
     policy_commands.add_parser("token", help="print a new token and its token_sha256 line")
     policy_commands.add_parser("hash-token", help="read a token on stdin, print its token_sha256 line")
 
@@ -151,6 +173,15 @@ def _policy(args: argparse.Namespace) -> int:
             sys.stderr.write("usage: egress-gateway policy lint FILE [FILE ...] [--diff OLD NEW]\n")
             return EXIT_USAGE
         return commands.policy_lint(args.files, args.diff)
+    if args.policy_command == "suggest":
+        return commands.policy_suggest(
+            args.sources,
+            principal=args.principal,
+            since=args.since,
+            base_path=args.base,
+            output=args.output,
+            stdin=sys.stdin,
+        )
     if args.policy_command == "hash-token":
         return commands.policy_hash_token(sys.stdin)
     return _policy_token()
