@@ -60,27 +60,49 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings_flags(check)
     check.add_argument("--principal", help="principal name (default: the default principal)")
     check.add_argument("--method", help="also judge METHOD URL by the inspect rules and name the rule")
-    check.add_argument("url")
+    check.add_argument("url", help="the URL to decide, as web_fetch would vet it")
 
     policy = commands.add_parser("policy", help="policy tools")
     policy_commands = policy.add_subparsers(dest="policy_command", required=True)
     lint = policy_commands.add_parser("lint", help="validate policy files; --diff OLD NEW shows what a change allows")
-    lint.add_argument("files", nargs="*")
+    lint.add_argument("files", nargs="*", help="policy files to validate")
     lint.add_argument(
         "--diff", nargs=2, metavar=("OLD", "NEW"), help="also print what NEW allows or denies that OLD did not"
     )
+    suggest = policy_commands.add_parser(
+        "suggest",
+        help="learn mode: the smallest policy that would have allowed what an audit log saw",
+        description="Read audit lines (report or enforce mode) and print the smallest policy that would have "
+        "allowed the traffic they record, per principal, with denials and address-guard refusals listed apart.",
+    )
+    suggest.add_argument(
+        "--from",
+        dest="sources",
+        action="append",
+        required=True,
+        metavar="AUDIT_LOG",
+        help="an audit log file, or '-' for stdin; repeat for rotated files",
+    )
+    suggest.add_argument("--principal", help="only this principal's lines (default: every principal seen)")
+    suggest.add_argument("--since", help="only lines from this time on: 2026-12-01T11:00:00Z, or an age: 30m, 2h, 7d")
+    suggest.add_argument(
+        "--base",
+        metavar="POLICY",
+        help="start from this policy (tokens, budgets, settings kept) and list what the suggestion opens or closes",
+    )
+    suggest.add_argument("--output", "-o", metavar="FILE", help="write the policy to FILE and print only the review")
     policy_commands.add_parser("token", help="print a new token and its token_sha256 line")
     policy_commands.add_parser("hash-token", help="read a token on stdin, print its token_sha256 line")
 
     fetch = commands.add_parser("fetch", help="fetch one page as markdown")
     _add_settings_flags(fetch)
-    fetch.add_argument("url")
-    fetch.add_argument("--max-chars", dest="max_chars", type=int, default=16_000)
+    fetch.add_argument("url", help="the page to fetch")
+    fetch.add_argument("--max-chars", dest="max_chars", type=int, default=16_000, help="characters printed at most")
 
     search = commands.add_parser("search", help="run one web search")
     _add_settings_flags(search)
-    search.add_argument("query")
-    search.add_argument("--max-results", dest="max_results", type=int, default=10)
+    search.add_argument("query", help="what to search for")
+    search.add_argument("--max-results", dest="max_results", type=int, default=10, help="results printed at most")
 
     mcp = commands.add_parser("mcp", help="speak MCP on stdio (tools in-process, or --connect to a gateway)")
     _add_settings_flags(mcp)
@@ -95,8 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ca_parser(commands)
     redirect = commands.add_parser("redirect", help="render, apply or remove the pod's interception rules")
     action = redirect.add_mutually_exclusive_group(required=True)
+    action_help = {"print": "print the rules", "apply": "apply them (one transaction)", "remove": "remove them"}
     for name in ("print", "apply", "remove"):
-        action.add_argument(f"--{name}", dest="action", action="store_const", const=name)
+        action.add_argument(f"--{name}", dest="action", action="store_const", const=name, help=action_help[name])
     redirect.add_argument("--backend", choices=("nftables", "iptables"), default="nftables")
     redirect.add_argument("--policy", help="policy file, for transparent.principals (env EGRESS_POLICY)")
     redirect.add_argument("--transparent-listen", dest="transparent_listen", help="env EGRESS_TRANSPARENT_LISTEN")
@@ -150,6 +173,15 @@ def _policy(args: argparse.Namespace) -> int:
             sys.stderr.write("usage: egress-gateway policy lint FILE [FILE ...] [--diff OLD NEW]\n")
             return EXIT_USAGE
         return commands.policy_lint(args.files, args.diff)
+    if args.policy_command == "suggest":
+        return commands.policy_suggest(
+            args.sources,
+            principal=args.principal,
+            since=args.since,
+            base_path=args.base,
+            output=args.output,
+            stdin=sys.stdin,
+        )
     if args.policy_command == "hash-token":
         return commands.policy_hash_token(sys.stdin)
     return _policy_token()
