@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import mcp_types as types
+import orjson
 import pytest
 import yaml
 from aiohttp import web
@@ -244,3 +246,21 @@ def flatten(error: BaseException) -> list[str]:
     if isinstance(error, BaseExceptionGroup):
         return [message for inner in error.exceptions for message in flatten(inner)]
     return [str(error)]
+
+
+def test_a_line_over_one_mebibyte_is_discarded_to_its_newline_and_answered_once(environment: dict[str, str]) -> None:
+    padding = "y" * (3 * 1024 * 1024 // 2)
+    oversized = {"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {"name": "web_fetch", "x": padding}}
+    ping = {"jsonrpc": "2.0", "id": 43, "method": "ping"}
+    stream = orjson.dumps(oversized) + b"\n" + orjson.dumps(ping) + b"\n"
+    done = subprocess.run(
+        [*command(), "mcp"], input=stream, env=environment, cwd="/tmp", capture_output=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    answers = [orjson.loads(line) for line in done.stdout.splitlines()]
+    # One error naming the request, then the ping's answer: the rest of the long line is no message.
+    assert [answer["id"] for answer in answers] == [42, 43], answers
+    assert answers[0]["error"]["code"] == -32600
+    assert "discarded" in answers[0]["error"]["message"]
+    assert answers[1]["result"] == {}
+    assert "Traceback" not in done.stderr.decode(errors="replace")
