@@ -90,12 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings_flags(check)
     check.add_argument("--principal", help="principal name (default: the default principal)")
     check.add_argument("--method", help="also judge METHOD URL by the inspect rules and name the rule")
-    check.add_argument("url")
+    check.add_argument("url", help="the URL to decide, as web_fetch would vet it")
 
     policy = commands.add_parser("policy", help="policy tools")
     policy_commands = policy.add_subparsers(dest="policy_command", required=True)
     lint = policy_commands.add_parser("lint", help="validate policy files; --diff OLD NEW shows what a change allows")
-    lint.add_argument("files", nargs="*")
+    lint.add_argument("files", nargs="*", help="policy files to validate")
     lint.add_argument(
         "--diff", nargs=2, metavar=("OLD", "NEW"), help="also print what NEW allows or denies that OLD did not"
     )
@@ -126,13 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     fetch = commands.add_parser("fetch", help="fetch one page as markdown")
     _add_settings_flags(fetch)
-    fetch.add_argument("url")
-    fetch.add_argument("--max-chars", dest="max_chars", type=int, default=16_000)
+    fetch.add_argument("url", help="the page to fetch")
+    fetch.add_argument("--max-chars", dest="max_chars", type=int, default=16_000, help="characters printed at most")
 
     search = commands.add_parser("search", help="run one web search")
     _add_settings_flags(search)
-    search.add_argument("query")
-    search.add_argument("--max-results", dest="max_results", type=int, default=10)
+    search.add_argument("query", help="what to search for")
+    search.add_argument("--max-results", dest="max_results", type=int, default=10, help="results printed at most")
 
     _add_mcp_parser(commands)
 
@@ -142,8 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ca_parser(commands)
     redirect = commands.add_parser("redirect", help="render, apply or remove the pod's interception rules")
     action = redirect.add_mutually_exclusive_group(required=True)
+    action_help = {"print": "print the rules", "apply": "apply them (one transaction)", "remove": "remove them"}
     for name in ("print", "apply", "remove"):
-        action.add_argument(f"--{name}", dest="action", action="store_const", const=name)
+        action.add_argument(f"--{name}", dest="action", action="store_const", const=name, help=action_help[name])
     redirect.add_argument("--backend", choices=("nftables", "iptables"), default="nftables")
     redirect.add_argument("--policy", help="policy file, for transparent.principals (env EGRESS_POLICY)")
     redirect.add_argument("--transparent-listen", dest="transparent_listen", help="env EGRESS_TRANSPARENT_LISTEN")
