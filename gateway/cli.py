@@ -78,6 +78,14 @@ def _add_mcp_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
     mcp.add_argument("--principal", help="in-process: the policy principal to act as (default: the default one)")
 
 
+def _add_check_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    check = commands.add_parser("check", help="resolve and decide a URL without connecting")
+    _add_settings_flags(check)
+    check.add_argument("--principal", help="principal name (default: the default principal)")
+    check.add_argument("--method", help="also judge METHOD URL by the inspect rules and name the rule")
+    check.add_argument("url", help="the URL to decide, as web_fetch would vet it")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="egress-gateway", description="The egress gateway for AI agents.")
     parser.add_argument("--version", action="version", version=f"egress-gateway {__version__}")
@@ -86,11 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the daemon (proxy, tools API, admin)")
     _add_settings_flags(serve)
 
-    check = commands.add_parser("check", help="resolve and decide a URL without connecting")
-    _add_settings_flags(check)
-    check.add_argument("--principal", help="principal name (default: the default principal)")
-    check.add_argument("--method", help="also judge METHOD URL by the inspect rules and name the rule")
-    check.add_argument("url", help="the URL to decide, as web_fetch would vet it")
+    _add_check_parser(commands)
 
     policy = commands.add_parser("policy", help="policy tools")
     policy_commands = policy.add_subparsers(dest="policy_command", required=True)
