@@ -75,7 +75,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.PROTOCOL_UNKNOWN: 403,
     ErrorCode.AUDIT_UNAVAILABLE: 503,
     ErrorCode.HOST_MISMATCH: 400,
-    ErrorCode.INSPECTION_UNSUPPORTED: 502,
+    ErrorCode.INSPECTION_UNSUPPORTED: 501,
     ErrorCode.TLS_UNTRUSTED: 502,
 }
 
