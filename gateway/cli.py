@@ -55,6 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
     policy_commands.add_parser("token", help="print a new token and its token_sha256 line")
     policy_commands.add_parser("hash-token", help="read a token on stdin, print its token_sha256 line")
 
+    credentials = commands.add_parser("credentials", help="brokered credentials: placeholders and the key")
+    credential_commands = credentials.add_subparsers(dest="credentials_command", required=True)
+    placeholders = credential_commands.add_parser(
+        "placeholders", help="print each credential's placeholder for the agent's environment"
+    )
+    _add_settings_flags(placeholders)
+    placeholders.add_argument("--format", choices=("env", "json"), default="env")
+    credential_commands.add_parser("key", help="print a new random placeholder key (store it as a Secret)")
+
     fetch = commands.add_parser("fetch", help="fetch one page as markdown")
     _add_settings_flags(fetch)
     fetch.add_argument("url")
@@ -121,6 +130,10 @@ def _without_settings(args: argparse.Namespace) -> int:
         from gateway.mcp_commands import print_tools  # noqa: PLC0415
 
         return print_tools(args.format)
+    if args.command == "credentials":
+        # 48 random bytes: the placeholder key needs at least 32 (`credentials/placeholders.py`).
+        sys.stdout.write(secrets.token_urlsafe(48) + "\n")
+        return EXIT_OK
     return _policy(args)
 
 
@@ -144,13 +157,13 @@ def _policy_token() -> int:
     return EXIT_OK
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0911 - one return per command
     try:
         # The parser is not kept: `serve` runs for the life of the process.
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
-    if args.command in ("policy", "tools"):
+    if args.command in ("policy", "tools") or (args.command == "credentials" and args.credentials_command == "key"):
         return _without_settings(args)
     try:
         settings = _settings_from(args)
@@ -174,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(mcp_command.serve_stdio(settings, args.principal))
     if args.command == "redirect":
         return commands.redirect(settings, args.action, args.backend)
+    if args.command == "credentials":
+        return commands.credential_placeholders(settings, args.format)
     if args.command == "fetch":
         return asyncio.run(commands.fetch_once(settings, args.url, args.max_chars))
     return asyncio.run(commands.search_once(settings, args.query, args.max_results))

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, ItemsView, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -99,6 +100,9 @@ class Settings:
     extract_workers: int = 1
     extract_idle_exit_s: float = 60.0
     audit_http_paths: bool = True
+    # The gateway's whole environment, for credential sources of kind `env` (the policy names the
+    # variables, so they are not known here). Never printed: `__repr__` leaves it out.
+    secret_env: Mapping[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (
@@ -397,4 +401,5 @@ def _build(env: Mapping[str, str], flags: Mapping[str, str | None]) -> Settings:
         extract_workers=int(_number(env.get("EGRESS_EXTRACT_WORKERS"), "EGRESS_EXTRACT_WORKERS", 1, integer=True)),
         extract_idle_exit_s=_number(env.get("EGRESS_EXTRACT_IDLE_EXIT_S"), "EGRESS_EXTRACT_IDLE_EXIT_S", 60.0),
         audit_http_paths=_switch(env.get("EGRESS_AUDIT_HTTP_PATHS"), "EGRESS_AUDIT_HTTP_PATHS", default=True),
+        secret_env=MappingProxyType(dict(env.items())),
     )

@@ -18,8 +18,10 @@ from typing import Any, TypeVar
 import idna
 import yaml
 
+from gateway.policy.credentials import parse_credentials, parse_scan
 from gateway.policy.model import (
     Budgets,
+    CredentialSettings,
     Defaults,
     EgressRule,
     FetchSettings,
@@ -247,7 +249,7 @@ def _tool_budget(reader: _Reader, node: yaml.Node, where: str, base: ToolLimits)
 
 def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
     where = f"principals.{name}"
-    items = reader.mapping(node, where, {"token_sha256", "egress", "tools", "budgets", "mode"})
+    items = reader.mapping(node, where, {"token_sha256", "egress", "tools", "budgets", "mode", "scan"})
     principal = Principal(name=name)
     token = None
     if "token_sha256" in items:
@@ -309,7 +311,8 @@ def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
             else budgets.fetch,
         )
     mode = reader.choice(items["mode"], f"{where}.mode", ("enforce", "report")) if "mode" in items else None
-    return replace(principal, token_sha256=token, egress=egress, tools=tools, budgets=budgets, mode=mode)  # type: ignore[arg-type]
+    scan = parse_scan(reader, items["scan"], f"{where}.scan") if "scan" in items else None
+    return replace(principal, token_sha256=token, egress=egress, tools=tools, budgets=budgets, mode=mode, scan=scan)  # type: ignore[arg-type]
 
 
 def _orchestrators(reader: _Reader, node: yaml.Node, principals: dict[str, Principal]) -> dict[str, Orchestrator]:
@@ -345,7 +348,7 @@ def _orchestrators(reader: _Reader, node: yaml.Node, principals: dict[str, Princ
 
 
 def _defaults(reader: _Reader, node: yaml.Node) -> Defaults:
-    items = reader.mapping(node, "defaults", {"mode", "ports", "literal_ips", "allow_cidrs", "deny_cidrs"})
+    items = reader.mapping(node, "defaults", {"mode", "ports", "literal_ips", "allow_cidrs", "deny_cidrs", "scan"})
     defaults = Defaults()
     changes: dict[str, Any] = {}
     if "mode" in items:
@@ -363,6 +366,8 @@ def _defaults(reader: _Reader, node: yaml.Node) -> Defaults:
         changes["allow_cidrs"] = reader.cidrs(items["allow_cidrs"], "defaults.allow_cidrs")
     if "deny_cidrs" in items:
         changes["deny_cidrs"] = reader.cidrs(items["deny_cidrs"], "defaults.deny_cidrs")
+    if "scan" in items:
+        changes["scan"] = parse_scan(reader, items["scan"], "defaults.scan")
     return replace(defaults, **{k: v for k, v in changes.items() if v is not None})
 
 
@@ -390,7 +395,17 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     top = reader.mapping(
         root,
         "policy",
-        {"version", "defaults", "principals", "fetch", "search", "proxy", "transparent", "orchestrators"},
+        {
+            "version",
+            "defaults",
+            "principals",
+            "fetch",
+            "search",
+            "proxy",
+            "transparent",
+            "orchestrators",
+            "credentials",
+        },
     )
     version = reader.integer(top["version"], "version", 1, 1) if "version" in top else None
     if "version" not in top:
@@ -417,6 +432,9 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     transparent = (
         parse_transparent(reader, top["transparent"], principals) if "transparent" in top else TransparentSettings()
     )
+    credentials = (
+        parse_credentials(reader, top["credentials"], principals) if "credentials" in top else CredentialSettings()
+    )
     if reader.errors:
         raise PolicyError(reader.errors)
     assert version is not None
@@ -430,6 +448,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         source,
         transparent=transparent,
         orchestrators=orchestrators,
+        credentials=credentials,
     )
 
 
