@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: run test lint bench chart system-deps clean
+.PHONY: run test lint bench chart docs system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || (apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV))
@@ -46,5 +46,12 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/extract.py --pages ../shared/fixtures/pages --snippets ../shared/fixtures/snippet-pages
 
+# The documentation site (optional, not part of `make test`): zensical reads mkdocs.yml and the
+# Markdown under docs/, and writes site/. Pinned so the site builds the same everywhere.
+ZENSICAL_VERSION := 0.1.1
+docs: $(STAMP)
+	$(BIN)/python -m pip install -q 'zensical==$(ZENSICAL_VERSION)'
+	$(BIN)/zensical build --clean
+
 clean:
-	rm -rf $(VENV) .tools
+	rm -rf $(VENV) .tools site

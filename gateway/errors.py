@@ -44,6 +44,12 @@ class ErrorCode(StrEnum):
     CREDENTIAL_MISUSE = "credential_misuse"
     # The outbound scanner found a secret-shaped token and its tier's action is `deny`.
     SECRET_DETECTED = "secret_detected"  # noqa: S105 - an error code
+    # Issue 25: an inspected request whose Host or absolute authority is not the TLS name (fronting).
+    HOST_MISMATCH = "host_mismatch"
+    # Issue 25: an inspected host asked for a protocol interception does not speak (h2-only ALPN).
+    INSPECTION_UNSUPPORTED = "inspection_unsupported"
+    # Issue 25: the agent refused the gateway's certificate for an inspected host (CA not trusted).
+    TLS_UNTRUSTED = "tls_untrusted"
 
 
 HTTP_STATUS: dict[ErrorCode, int] = {
@@ -75,6 +81,9 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.AUDIT_UNAVAILABLE: 503,
     ErrorCode.CREDENTIAL_MISUSE: 403,
     ErrorCode.SECRET_DETECTED: 403,
+    ErrorCode.HOST_MISMATCH: 400,
+    ErrorCode.INSPECTION_UNSUPPORTED: 502,
+    ErrorCode.TLS_UNTRUSTED: 502,
 }
 
 # A retry can succeed without the caller changing anything.

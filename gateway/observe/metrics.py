@@ -174,7 +174,7 @@ LISTENER_REFUSED = Counter(
 # On the loop: an agent retrying with a wrong credential counts one per attempt.
 AUTH_FAILURES = LoopCounter(
     "egress_gateway_auth_failures_total",
-    "Requests refused for a missing or wrong credential, by kind.",
+    "Requests refused for a missing or wrong credential (bearer or run token), by kind.",
     ["kind"],
     registry=REGISTRY,
 )
@@ -228,6 +228,16 @@ CREDENTIAL_SCRUBS = Counter(
     "egress_gateway_credential_scrubs_total",
     "Real credential values replaced by their placeholder in responses of bound hosts, by where (header, body).",
     ["where"],
+    registry=REGISTRY,
+)
+INSPECT_LEAF_MINTS = Counter(
+    "egress_gateway_inspect_leaf_mints_total",
+    "Leaf certificates minted for inspected hosts.",
+    registry=REGISTRY,
+)
+INSPECT_LEAF_CACHE = Gauge(
+    "egress_gateway_inspect_leaf_cache_hosts",
+    "Inspected hosts whose server TLS context is cached.",
     registry=REGISTRY,
 )
 BUILD_INFO = Gauge(

@@ -19,6 +19,7 @@ import idna
 import yaml
 
 from gateway.policy.credentials import parse_credentials, parse_scan
+from gateway.policy.inspect_load import parse_inspect
 from gateway.policy.model import (
     Budgets,
     CredentialSettings,
@@ -249,7 +250,7 @@ def _tool_budget(reader: _Reader, node: yaml.Node, where: str, base: ToolLimits)
 
 def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
     where = f"principals.{name}"
-    items = reader.mapping(node, where, {"token_sha256", "egress", "tools", "budgets", "mode", "scan"})
+    items = reader.mapping(node, where, {"token_sha256", "egress", "tools", "budgets", "mode", "inspect", "scan"})
     principal = Principal(name=name)
     token = None
     if "token_sha256" in items:
@@ -312,7 +313,17 @@ def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
         )
     mode = reader.choice(items["mode"], f"{where}.mode", ("enforce", "report")) if "mode" in items else None
     scan = parse_scan(reader, items["scan"], f"{where}.scan") if "scan" in items else None
-    return replace(principal, token_sha256=token, egress=egress, tools=tools, budgets=budgets, mode=mode, scan=scan)  # type: ignore[arg-type]
+    inspect = parse_inspect(reader, items["inspect"], f"{where}.inspect", "inspect") if "inspect" in items else ()
+    return replace(
+        principal,
+        token_sha256=token,
+        egress=egress,
+        tools=tools,
+        budgets=budgets,
+        mode=mode,  # type: ignore[arg-type]
+        inspect=inspect,
+        scan=scan,
+    )
 
 
 def _orchestrators(reader: _Reader, node: yaml.Node, principals: dict[str, Principal]) -> dict[str, Orchestrator]:
@@ -348,7 +359,9 @@ def _orchestrators(reader: _Reader, node: yaml.Node, principals: dict[str, Princ
 
 
 def _defaults(reader: _Reader, node: yaml.Node) -> Defaults:
-    items = reader.mapping(node, "defaults", {"mode", "ports", "literal_ips", "allow_cidrs", "deny_cidrs", "scan"})
+    items = reader.mapping(
+        node, "defaults", {"mode", "ports", "literal_ips", "allow_cidrs", "deny_cidrs", "inspect", "scan"}
+    )
     defaults = Defaults()
     changes: dict[str, Any] = {}
     if "mode" in items:
@@ -368,6 +381,8 @@ def _defaults(reader: _Reader, node: yaml.Node) -> Defaults:
         changes["deny_cidrs"] = reader.cidrs(items["deny_cidrs"], "defaults.deny_cidrs")
     if "scan" in items:
         changes["scan"] = parse_scan(reader, items["scan"], "defaults.scan")
+    if "inspect" in items:
+        changes["inspect"] = parse_inspect(reader, items["inspect"], "defaults.inspect", "defaults.inspect")
     return replace(defaults, **{k: v for k, v in changes.items() if v is not None})
 
 

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gateway.policy.request_rules import InspectEntry
 from gateway.vet.addresses import IPAddress, IPNetwork
 
 Mode = Literal["enforce", "report"]
@@ -215,6 +216,8 @@ class Principal:
     budgets: Budgets = field(default_factory=Budgets)
     mode: Mode | None = None
     scan: ScanSettings | None = None  # None: the defaults' `scan:` (or scanning off)
+    # Hosts whose requests are judged one by one (issue 25); first matching entry wins.
+    inspect: tuple[InspectEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +246,8 @@ class Defaults:
     allow_cidrs: tuple[IPNetwork, ...] = ()
     deny_cidrs: tuple[IPNetwork, ...] = ()
     scan: ScanSettings | None = None  # None: tiers 2 and 3 off unless a principal sets `scan:`
+    # Inspect entries every principal has, after its own.
+    inspect: tuple[InspectEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

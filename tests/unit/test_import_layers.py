@@ -34,8 +34,9 @@ RANKS: dict[str, float] = {
     "egress": 3,
     # Between egress and the listeners that use them (issue 26): the pure scanner, then the
     # credential store and request screening built on it.
-    "scan": 3.3,
-    "credentials": 3.6,
+    "scan": 3.2,
+    "credentials": 3.3,
+    "inspect": 3.5,  # issue 25: the CA, leaves and TLS termination the listeners use; above egress
     "proxy": 4,
     "tools": 4,
     "transparent": 5,  # reuses the proxy's tunnel and SNI peek
