@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gateway.credentials.screen import RequestFacts, Screening, judge, scan_settings_for
+from gateway.credentials.inject import Scrubber, inject_credentials
+from gateway.credentials.screen import RequestFacts, Screening, bound_to, judge, scan_settings_for
 from gateway.credentials.store import HeldSecrets, SecretStore
 from gateway.errors import GatewayError
 from gateway.observe import metrics
@@ -53,7 +54,8 @@ class OutboundGuard:
                     host=facts.host,
                     port=facts.port,
                     method=facts.method,
-                    path=facts.path,
+                    # A path that carried a finding is not written: the line never holds the text.
+                    path=None if any(f.where == URL for f in findings) else facts.path,
                     action=action,
                     code=str(screening.refusal.code) if action == "deny" and screening.refusal else None,
                     generation=generation,
@@ -122,6 +124,49 @@ class OutboundGuard:
             return None
         scanner = self.scanner(scan)
         return BodyGuard(self, facts, scan, scanner.body(scan.body_window_bytes, content_encoding))
+
+    # injection and scrubbing, for inspected requests to bound hosts -----------------------------
+    def inject(self, facts: RequestFacts, fields: bytes, generation: int | None = None) -> bytes:
+        """The upstream field block with bound placeholders swapped for real values; one
+        `security` line per injection naming the credential and the header, never the value.
+        Raises GatewayError (`require: true` unmet, a value that cannot be read)."""
+        fields, injected = inject_credentials(self.store.current, facts, fields)
+        for item in injected:
+            metrics.CREDENTIAL_INJECTIONS.labels(item.kind).inc()
+            self.audit.write(
+                "security",
+                kind=facts.kind,
+                principal=facts.principal,
+                host=facts.host,
+                port=facts.port,
+                method=facts.method,
+                path=facts.path,
+                action="inject",
+                credential=item.credential,
+                injected_into=item.header,
+                generation=generation,
+            )
+        return fields
+
+    def scrubber(self, facts: RequestFacts, window_bytes: int) -> Scrubber | None:
+        """A scrubber for the response of a request to a bound host, or None."""
+        bound = [c for c in bound_to(self.store.current, facts) if c.value]
+        return Scrubber(bound, window_bytes) if bound else None
+
+    def scrubbed(self, facts: RequestFacts, scrubber: Scrubber) -> None:
+        """The `security` line and counts of a response whose values were replaced."""
+        for where, count in scrubber.replaced.items():
+            if count:
+                metrics.CREDENTIAL_SCRUBS.labels(where).inc(count)
+                self.audit.write(
+                    "security",
+                    kind=facts.kind,
+                    principal=facts.principal,
+                    host=facts.host,
+                    port=facts.port,
+                    action="scrub",
+                    scrubbed=count,
+                )
 
 
 class BodyGuard:

@@ -103,9 +103,12 @@ class Scanner:
         data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
         findings = self.scan_piece(data, where, header, 0, 0)
         if where in (URL, QUERY) and any(t.tier == 3 for t in self.tiers):
-            decoded = data.decode("latin-1")
+            # A placeholder is random by design: tier 1 judges it, entropy does not count it twice.
+            held = [(f.offset or 0, (f.offset or 0) + self.needles.max_length) for f in findings if f.tier == 1]
             findings.extend(
-                Finding("tier3.high_entropy_url", 3, where, None, at) for at in high_entropy_offsets(decoded)
+                Finding("tier3.high_entropy_url", 3, where, None, at)
+                for at in high_entropy_offsets(data.decode("latin-1"))
+                if not any(start <= at < end for start, end in held)
             )
         return findings
 
