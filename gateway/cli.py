@@ -12,6 +12,7 @@ import os
 import secrets
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from gateway import __version__, commands
 from gateway.commands import EXIT_OK, EXIT_USAGE
@@ -48,30 +49,15 @@ def _add_ca_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     ca_export.add_argument("--bundle-out", dest="bundle_out", required=True, help="trust roots + the CA (PEM)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="egress-gateway", description="The egress gateway for AI agents.")
-    parser.add_argument("--version", action="version", version=f"egress-gateway {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    serve = commands.add_parser("serve", help="run the daemon (proxy, tools API, admin)")
-    _add_settings_flags(serve)
-
+def _add_check_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check = commands.add_parser("check", help="resolve and decide a URL without connecting")
     _add_settings_flags(check)
     check.add_argument("--principal", help="principal name (default: the default principal)")
     check.add_argument("--method", help="also judge METHOD URL by the inspect rules and name the rule")
-    check.add_argument("url")
+    check.add_argument("url", help="the URL to decide, as web_fetch would vet it")
 
-    policy = commands.add_parser("policy", help="policy tools")
-    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
-    lint = policy_commands.add_parser("lint", help="validate policy files; --diff OLD NEW shows what a change allows")
-    lint.add_argument("files", nargs="*")
-    lint.add_argument(
-        "--diff", nargs=2, metavar=("OLD", "NEW"), help="also print what NEW allows or denies that OLD did not"
-    )
-    policy_commands.add_parser("token", help="print a new token and its token_sha256 line")
-    policy_commands.add_parser("hash-token", help="read a token on stdin, print its token_sha256 line")
 
+def _add_credentials_parser(commands: Any) -> None:
     credentials = commands.add_parser("credentials", help="brokered credentials: placeholders and the key")
     credential_commands = credentials.add_subparsers(dest="credentials_command", required=True)
     placeholders = credential_commands.add_parser(
@@ -81,15 +67,59 @@ def build_parser() -> argparse.ArgumentParser:
     placeholders.add_argument("--format", choices=("env", "json"), default="env")
     credential_commands.add_parser("key", help="print a new random placeholder key (store it as a Secret)")
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="egress-gateway", description="The egress gateway for AI agents.")
+    parser.add_argument("--version", action="version", version=f"egress-gateway {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the daemon (proxy, tools API, admin)")
+    _add_settings_flags(serve)
+
+    _add_check_parser(commands)
+
+    policy = commands.add_parser("policy", help="policy tools")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    lint = policy_commands.add_parser("lint", help="validate policy files; --diff OLD NEW shows what a change allows")
+    lint.add_argument("files", nargs="*", help="policy files to validate")
+    lint.add_argument(
+        "--diff", nargs=2, metavar=("OLD", "NEW"), help="also print what NEW allows or denies that OLD did not"
+    )
+    suggest = policy_commands.add_parser(
+        "suggest",
+        help="learn mode: the smallest policy that would have allowed what an audit log saw",
+        description="Read audit lines (report or enforce mode) and print the smallest policy that would have "
+        "allowed the traffic they record, per principal, with denials and address-guard refusals listed apart.",
+    )
+    suggest.add_argument(
+        "--from",
+        dest="sources",
+        action="append",
+        required=True,
+        metavar="AUDIT_LOG",
+        help="an audit log file, or '-' for stdin; repeat for rotated files",
+    )
+    suggest.add_argument("--principal", help="only this principal's lines (default: every principal seen)")
+    suggest.add_argument("--since", help="only lines from this time on: 2026-12-01T11:00:00Z, or an age: 30m, 2h, 7d")
+    suggest.add_argument(
+        "--base",
+        metavar="POLICY",
+        help="start from this policy (tokens, budgets, settings kept) and list what the suggestion opens or closes",
+    )
+    suggest.add_argument("--output", "-o", metavar="FILE", help="write the policy to FILE and print only the review")
+    policy_commands.add_parser("token", help="print a new token and its token_sha256 line")
+    policy_commands.add_parser("hash-token", help="read a token on stdin, print its token_sha256 line")
+
+    _add_credentials_parser(commands)
     fetch = commands.add_parser("fetch", help="fetch one page as markdown")
     _add_settings_flags(fetch)
-    fetch.add_argument("url")
-    fetch.add_argument("--max-chars", dest="max_chars", type=int, default=16_000)
+    fetch.add_argument("url", help="the page to fetch")
+    fetch.add_argument("--max-chars", dest="max_chars", type=int, default=16_000, help="characters printed at most")
 
     search = commands.add_parser("search", help="run one web search")
     _add_settings_flags(search)
-    search.add_argument("query")
-    search.add_argument("--max-results", dest="max_results", type=int, default=10)
+    search.add_argument("query", help="what to search for")
+    search.add_argument("--max-results", dest="max_results", type=int, default=10, help="results printed at most")
 
     mcp = commands.add_parser("mcp", help="speak MCP on stdio (tools in-process, or --connect to a gateway)")
     _add_settings_flags(mcp)
@@ -104,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ca_parser(commands)
     redirect = commands.add_parser("redirect", help="render, apply or remove the pod's interception rules")
     action = redirect.add_mutually_exclusive_group(required=True)
+    action_help = {"print": "print the rules", "apply": "apply them (one transaction)", "remove": "remove them"}
     for name in ("print", "apply", "remove"):
-        action.add_argument(f"--{name}", dest="action", action="store_const", const=name)
+        action.add_argument(f"--{name}", dest="action", action="store_const", const=name, help=action_help[name])
     redirect.add_argument("--backend", choices=("nftables", "iptables"), default="nftables")
     redirect.add_argument("--policy", help="policy file, for transparent.principals (env EGRESS_POLICY)")
     redirect.add_argument("--transparent-listen", dest="transparent_listen", help="env EGRESS_TRANSPARENT_LISTEN")
@@ -163,6 +194,15 @@ def _policy(args: argparse.Namespace) -> int:
             sys.stderr.write("usage: egress-gateway policy lint FILE [FILE ...] [--diff OLD NEW]\n")
             return EXIT_USAGE
         return commands.policy_lint(args.files, args.diff)
+    if args.policy_command == "suggest":
+        return commands.policy_suggest(
+            args.sources,
+            principal=args.principal,
+            since=args.since,
+            base_path=args.base,
+            output=args.output,
+            stdin=sys.stdin,
+        )
     if args.policy_command == "hash-token":
         return commands.policy_hash_token(sys.stdin)
     return _policy_token()

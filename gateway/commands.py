@@ -330,3 +330,82 @@ def policy_hash_token(stdin: TextIO) -> int:
         return EXIT_USAGE
     sys.stdout.write(f'token_sha256: "{token_digest(token)}"\n')
     return EXIT_OK
+
+
+def policy_suggest(
+    sources: list[str],
+    *,
+    principal: str | None,
+    since: str | None,
+    base_path: str | None,
+    output: str | None,
+    stdin: TextIO,
+) -> int:
+    """Learn mode: the smallest policy that would have allowed what the audit lines saw.
+
+    The policy goes to stdout (or `output`) with the review as leading `#` comments; with
+    `output`, the review is printed instead. With a base, the review ends with what the suggestion
+    opens or closes against it, in `policy lint --diff` words.
+    """
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    from gateway.policy.diff import describe_changes  # noqa: PLC0415
+    from gateway.policy.load import load_policy_file, parse_policy  # noqa: PLC0415
+    from gateway.policy.suggest import parse_audit_lines, parse_since, review_lines, suggest  # noqa: PLC0415
+
+    try:
+        since_time = parse_since(since, datetime.now(UTC)) if since is not None else None
+    except GatewayError as exc:
+        sys.stderr.write(f"egress-gateway: {exc.message}\n")
+        return EXIT_USAGE
+    base_policy = None
+    base_document = None
+    if base_path is not None:
+        try:
+            base_policy = load_policy_file(base_path)
+            with open(base_path, encoding="utf-8") as handle:
+                base_document = yaml.safe_load(handle)
+        except PolicyError as exc:
+            sys.stderr.write("\n".join(exc.errors) + "\n")
+            return EXIT_INVALID
+    lines: list[bytes] = []
+    for source in sources:
+        try:
+            if source == "-":
+                lines += stdin.buffer.read().splitlines()
+            else:
+                with open(source, "rb") as handle:
+                    lines += handle.read().splitlines()
+        except OSError as exc:
+            sys.stderr.write(f"egress-gateway: cannot read the audit log {source}: {exc.strerror or exc}\n")
+            return EXIT_USAGE
+    entries, skipped = parse_audit_lines(lines)
+    if skipped and not entries:
+        sys.stderr.write(f"egress-gateway: {', '.join(sources)}: no audit lines ({skipped} line(s) not audit JSON)\n")
+        return EXIT_USAGE
+    suggestion = suggest(entries, base=base_document, principal=principal, since=since_time, skipped_lines=skipped)
+    text = yaml.safe_dump(suggestion.document, sort_keys=False, default_flow_style=False)
+    try:
+        # The suggestion must be a policy `serve` accepts; a failure here is this command's bug.
+        suggested = parse_policy(text, "<suggested policy>")
+    except PolicyError as exc:
+        sys.stderr.write("egress-gateway: the suggested policy does not validate:\n" + "\n".join(exc.errors) + "\n")
+        return EXIT_INVALID
+    review = review_lines(suggestion, ", ".join(sources))
+    if base_policy is not None:
+        changes = describe_changes(base_policy, suggested)
+        review.append(f"{base_path} → suggestion: " + (f"{len(changes)} change(s)" if changes else "no change"))
+        review += [f"  {line}" for line in changes]
+    if output is None:
+        sys.stdout.write("".join(f"# {line}\n" for line in review) + text)
+        return EXIT_OK
+    try:
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        sys.stderr.write(f"egress-gateway: cannot write {output}: {exc.strerror or exc}\n")
+        return EXIT_USAGE
+    sys.stdout.write("".join(f"{line}\n" for line in review))
+    return EXIT_OK

@@ -263,11 +263,16 @@ class _TaskTimer:
 
 
 async def open_pinned_connection(
-    target: PinnedTarget, protocol_factory: Callable[[], P], *, timeout_s: float
+    target: PinnedTarget,
+    protocol_factory: Callable[[], P],
+    *,
+    timeout_s: float,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[asyncio.Transport, P, str]:
     """Dial the vetted addresses in order; return the first that answers and the address used.
 
-    Each address gets `timeout_s` (a loop timer). For callers that run in a task of their own (the
+    Each address gets `timeout_s` (a loop timer), the TLS handshake included when `tls` is
+    given (then verified for the target's name). For callers that run in a task of their own (the
     forward dispatcher's fresh connections, the transparent listener): they await uvloop's
     `create_connection` directly. Awaiting a `PinnedDial` instead would add a wake-up per dial
     (the dial's callback, then the task's): 67.5 → 87.4 k instructions per dial, measured.
@@ -283,7 +288,14 @@ async def open_pinned_connection(
         cancelling = task.cancelling()
         timer.start(timeout_s)
         try:
-            transport, protocol = await loop.create_connection(protocol_factory, host=text, port=target.port)
+            if tls is None:
+                transport, protocol = await loop.create_connection(protocol_factory, host=text, port=target.port)
+            else:
+                # TLS to the vetted address, verified for the name it was vetted as (an inspected
+                # host's upstream: the gateway's own trust store, never the interception CA).
+                transport, protocol = await loop.create_connection(
+                    protocol_factory, host=text, port=target.port, ssl=tls, server_hostname=target.name
+                )
         except asyncio.CancelledError:
             # Ours only if the deadline passed and no one else asked for cancellation too.
             if not timer.timed_out or task.uncancel() > cancelling:

@@ -11,6 +11,8 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
+import orjson
+
 from gateway.errors import ErrorCode, GatewayError
 from gateway.redirect.rules import IPT_CHAIN, RedirectPlan, render_iptables, render_nft, render_nft_remove
 
@@ -19,6 +21,11 @@ IPTABLES_FAMILIES = (("iptables", "iptables-restore", 4), ("ip6tables", "ip6tabl
 
 
 def _run(argv: Sequence[str], stdin: str | None = None, *, check: bool = True) -> bool:
+    return _output(argv, stdin, check=check) is not None
+
+
+def _output(argv: Sequence[str], stdin: str | None = None, *, check: bool = True) -> str | None:
+    """The command's stdout, or None when it failed and `check` is off."""
     if shutil.which(argv[0]) is None:
         raise GatewayError(ErrorCode.UNAVAILABLE, f"{argv[0]} is not installed")
     try:
@@ -32,7 +39,7 @@ def _run(argv: Sequence[str], stdin: str | None = None, *, check: bool = True) -
         raise GatewayError(
             ErrorCode.UNAVAILABLE, f"{' '.join(argv)} exited {done.returncode}: {reason[0] if reason else ''}"
         )
-    return done.returncode == 0
+    return done.stdout if done.returncode == 0 else None
 
 
 def apply_nft(plan: RedirectPlan) -> None:
@@ -59,3 +66,35 @@ def remove_iptables() -> None:
                 pass
             if _run([binary, "-w", "-t", table, "-F", IPT_CHAIN], check=False):
                 _run([binary, "-w", "-t", table, "-X", IPT_CHAIN])
+    _remove_emptied_nft_tables()
+
+
+def _remove_emptied_nft_tables() -> None:
+    """iptables-nft leaves `nat` and `filter` tables behind, empty: delete those that now do nothing.
+
+    A table goes only when it holds no rule, no set or map, and no chain with a policy but accept,
+    so another tool's rules (or its default-drop chain) are never touched. iptables-legacy's
+    tables are the kernel's own and cannot be removed; there is nothing to do for them.
+    """
+    version = _output(["iptables", "--version"], check=False) or ""
+    if "nf_tables" not in version or shutil.which("nft") is None:
+        return
+    for family in ("ip", "ip6"):
+        for table in ("nat", "filter"):
+            listing = _output(["nft", "-j", "list", "table", family, table], check=False)
+            if listing is not None and _does_nothing(listing):
+                _run(["nft", "delete", "table", family, table], check=False)
+
+
+def _does_nothing(listing: str) -> bool:
+    try:
+        objects = orjson.loads(listing).get("nftables", [])
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+    for item in objects:
+        kind = next(iter(item), "")
+        if kind in ("metainfo", "table"):
+            continue
+        if kind != "chain" or item["chain"].get("policy", "accept") != "accept":
+            return False
+    return True

@@ -68,6 +68,7 @@ def test_iptables_backend_installs_one_chain_and_removes_it(namespace: tuple[str
     ns, env = namespace
     if subprocess.run(["which", "iptables-restore"], capture_output=True, check=False).returncode != 0:
         pytest.fail("iptables is not installed (scripts/install-system-deps.sh installs it)")
+    before = _in(ns, "nft", "list", "ruleset").stdout
     for _ in range(2):
         applied = _redirect(ns, env, "--apply", "--backend", "iptables")
         assert applied.returncode == 0, applied.stderr
@@ -79,6 +80,24 @@ def test_iptables_backend_installs_one_chain_and_removes_it(namespace: tuple[str
     assert _redirect(ns, env, "--remove", "--backend", "iptables").returncode == 0
     assert "EGRESS_GW" not in _in(ns, "iptables-save").stdout
     assert "EGRESS_GW" not in _in(ns, "ip6tables-save").stdout
+    # iptables-nft's emptied nat and filter tables go too: the namespace is as it was.
+    assert _in(ns, "nft", "list", "ruleset").stdout == before
+
+
+def test_iptables_remove_keeps_a_table_that_still_does_something(namespace: tuple[str, dict[str, str]]) -> None:
+    ns, env = namespace
+    assert _redirect(ns, env, "--apply", "--backend", "iptables").returncode == 0
+    # Another tool's rule in the same table, added while ours are in place.
+    smtp_drop = ["OUTPUT", "-p", "tcp", "--dport", "25", "-j", "DROP"]
+    assert _in(ns, "iptables", "-w", "-t", "filter", "-A", *smtp_drop).returncode == 0
+    try:
+        assert _redirect(ns, env, "--remove", "--backend", "iptables").returncode == 0
+        saved = _in(ns, "iptables-save").stdout
+        assert "-A OUTPUT -p tcp -m tcp --dport 25 -j DROP" in saved
+        assert "EGRESS_GW" not in saved
+    finally:
+        _in(ns, "iptables", "-w", "-t", "filter", "-D", *smtp_drop)
+        _redirect(ns, env, "--remove", "--backend", "iptables")
 
 
 def test_print_refuses_an_agent_uid_equal_to_the_gateway_uid(tmp_path: Path) -> None:
