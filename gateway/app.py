@@ -288,6 +288,7 @@ class Gateway:
 
             http = TransparentHttp(self.proxy)
             self.transparent = TransparentListener(self.core, self.audit, self.proxy.tunnels, http)
+            self.transparent.inspection = self.proxy.inspection
             await self.transparent.start(self.settings.transparent_listen, uids)
         if self.settings.dns_listen:
             from gateway.dnsguard.server import DnsListener  # noqa: PLC0415

@@ -16,8 +16,17 @@ from typing import Any
 
 from gateway import __version__, commands
 from gateway.commands import EXIT_OK, EXIT_USAGE
-from gateway.errors import GatewayError
-from gateway.settings import Settings, load_settings, read_settings_file
+from gateway.errors import ErrorCode, GatewayError
+from gateway.settings import (
+    CONNECT_RUN_TOKEN_VARIABLE,
+    CONNECT_TOKEN_VARIABLE,
+    Settings,
+    load_settings,
+    read_settings_file,
+)
+
+# A bearer or run token is well under this; a larger file is not a token file.
+MAX_TOKEN_FILE_BYTES = 4096
 
 
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +56,27 @@ def _add_ca_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     _add_settings_flags(ca_export)
     ca_export.add_argument("--ca-out", dest="ca_out", required=True, help="the CA certificate alone (PEM)")
     ca_export.add_argument("--bundle-out", dest="bundle_out", required=True, help="trust roots + the CA (PEM)")
+
+
+def _add_mcp_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    mcp = commands.add_parser("mcp", help="speak MCP on stdio (tools in-process, or --connect to a gateway)")
+    _add_settings_flags(mcp)
+    mcp.add_argument("--connect", help="bridge stdio to a running gateway's /mcp, e.g. http://gw:8080")
+    # Credentials never ride on the command line, where every user of the host reads them in the
+    # process list: the environment or a file. The old flags stay only to say so.
+    mcp.add_argument(
+        "--token-file",
+        dest="token_file",
+        help=f"with --connect: file holding the bearer token (else ${CONNECT_TOKEN_VARIABLE})",
+    )
+    mcp.add_argument(
+        "--run-token-file",
+        dest="run_token_file",
+        help=f"with --connect: file holding the run token, X-Egress-Run-Token (else ${CONNECT_RUN_TOKEN_VARIABLE})",
+    )
+    mcp.add_argument("--token", dest="token_on_command_line", help=argparse.SUPPRESS)
+    mcp.add_argument("--run-token", dest="run_token_on_command_line", help=argparse.SUPPRESS)
+    mcp.add_argument("--principal", help="in-process: the policy principal to act as (default: the default one)")
 
 
 def _add_check_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -121,12 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("query", help="what to search for")
     search.add_argument("--max-results", dest="max_results", type=int, default=10, help="results printed at most")
 
-    mcp = commands.add_parser("mcp", help="speak MCP on stdio (tools in-process, or --connect to a gateway)")
-    _add_settings_flags(mcp)
-    mcp.add_argument("--connect", help="bridge stdio to a running gateway's /mcp, e.g. http://gw:8080")
-    mcp.add_argument("--token", help="bearer token sent to the gateway with --connect")
-    mcp.add_argument("--run-token", dest="run_token", help="run token (X-Egress-Run-Token) sent with --connect")
-    mcp.add_argument("--principal", help="in-process: the policy principal to act as (default: the default one)")
+    _add_mcp_parser(commands)
 
     tools = commands.add_parser("tools", help="print the tool definitions for function calling")
     tools.add_argument("--format", choices=("openai", "anthropic", "mcp"), default="openai")
@@ -208,6 +233,26 @@ def _policy(args: argparse.Namespace) -> int:
     return _policy_token()
 
 
+def _connect_credential(path: str | None, variable: str, file_flag: str, on_command_line: str | None) -> str | None:
+    """A `--connect` credential from its file, else its environment variable (never argv)."""
+    if on_command_line is not None:
+        raise GatewayError(
+            ErrorCode.INVALID_INPUT,
+            f"a token on the command line is readable by every user in the process list: "
+            f"set ${variable} or pass a file with {file_flag}",
+        )
+    if path is None:
+        return os.environ.get(variable) or None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            token = handle.read(MAX_TOKEN_FILE_BYTES + 1).strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"cannot read the token file {path}: {exc}") from None
+    if not token or len(token) > MAX_TOKEN_FILE_BYTES or any(ch.isspace() for ch in token):
+        raise GatewayError(ErrorCode.INVALID_INPUT, f"the token file {path} must hold one token on one line")
+    return token
+
+
 def _policy_token() -> int:
     from gateway.policy.decide import token_digest  # noqa: PLC0415
 
@@ -243,7 +288,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gateway import mcp_commands as mcp_command  # noqa: PLC0415
 
         if args.connect:
-            return asyncio.run(mcp_command.bridge_stdio(args.connect, args.token, args.run_token))
+            try:
+                token = _connect_credential(
+                    args.token_file, CONNECT_TOKEN_VARIABLE, "--token-file", args.token_on_command_line
+                )
+                run_token = _connect_credential(
+                    args.run_token_file, CONNECT_RUN_TOKEN_VARIABLE, "--run-token-file", args.run_token_on_command_line
+                )
+            except GatewayError as exc:
+                sys.stderr.write(f"egress-gateway: {exc.message}\n")
+                return EXIT_USAGE
+            return asyncio.run(mcp_command.bridge_stdio(args.connect, token, run_token))
         return asyncio.run(mcp_command.serve_stdio(settings, args.principal))
     if args.command == "redirect":
         return commands.redirect(settings, args.action, args.backend)

@@ -82,7 +82,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.CREDENTIAL_MISUSE: 403,
     ErrorCode.SECRET_DETECTED: 403,
     ErrorCode.HOST_MISMATCH: 400,
-    ErrorCode.INSPECTION_UNSUPPORTED: 502,
+    ErrorCode.INSPECTION_UNSUPPORTED: 501,
     ErrorCode.TLS_UNTRUSTED: 502,
 }
 

@@ -230,8 +230,11 @@ def _audit_on_failure(text: str | None) -> str:
     return value
 
 
+# `egress-gateway mcp --connect` credentials, read by the CLI (never on its command line).
+CONNECT_TOKEN_VARIABLE = "EGRESS_CONNECT_TOKEN"  # noqa: S105 - a variable's name
+CONNECT_RUN_TOKEN_VARIABLE = "EGRESS_CONNECT_RUN_TOKEN"  # noqa: S105 - a variable's name
 # Read by the CLI itself, not by load_settings.
-_CLI_VARIABLES = frozenset({"EGRESS_CONFIG"})
+_CLI_VARIABLES = frozenset({"EGRESS_CONFIG", CONNECT_TOKEN_VARIABLE, CONNECT_RUN_TOKEN_VARIABLE})
 
 
 class _ReadRecorder(Mapping[str, str]):

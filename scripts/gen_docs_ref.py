@@ -53,6 +53,11 @@ class MissingDocumentation(Exception):
 # EGRESS_* name → (default when the Settings default does not say it well, meaning).
 SETTINGS: dict[str, tuple[str | None, str]] = {
     "EGRESS_CONFIG": ("unset", "settings file (YAML, or TOML by its `.toml` suffix), as `--config`"),
+    "EGRESS_CONNECT_TOKEN": ("unset", "`mcp --connect`: the bearer token sent to the gateway (or `--token-file`)"),
+    "EGRESS_CONNECT_RUN_TOKEN": (
+        "unset",
+        "`mcp --connect`: the run token sent as `X-Egress-Run-Token` (or `--run-token-file`)",
+    ),
     "EGRESS_POLICY": (None, "policy file (reloaded on SIGHUP and when the file changes)"),
     "EGRESS_PROXY_LISTEN": (None, "forward proxy (`host:port`; IPv6 bracketed, e.g. `[::1]:3128`)"),
     "EGRESS_API_LISTEN": (None, "tools API (`/v1/search`, `/v1/fetch`, `/v1/tools`, `/openapi.json`, `/mcp`)"),
@@ -181,10 +186,14 @@ def render_settings() -> str:
             default = _default_text(getattr(defaults, field))
             if field == "policy_path":
                 default = f"`{settings.DEFAULT_POLICY}`"
-        file_key = "" if "<" in name or name == "EGRESS_CONFIG" else f"`{name.removeprefix('EGRESS_').lower()}`"
+        file_key = "" if "<" in name or name in _CLI_ONLY else f"`{name.removeprefix('EGRESS_').lower()}`"
         flag = ", ".join(f"`{flag}`" for flag in flags.get(name, []))
         rows.append([f"`{name}`", file_key, flag, default, meaning])
     return table(["variable", "settings file key", "flag", "default", "meaning"], rows)
+
+
+# Read by the CLI itself, never from a settings file.
+_CLI_ONLY = frozenset({"EGRESS_CONFIG", "EGRESS_CONNECT_TOKEN", "EGRESS_CONNECT_RUN_TOKEN"})
 
 
 def _setting_order(name: str) -> tuple[int, str]:
@@ -214,7 +223,8 @@ def _subcommand_help(parser: argparse.ArgumentParser) -> dict[str, str]:
 
 
 def _argument_row(action: argparse.Action) -> list[str] | None:
-    if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+    # A hidden flag (help=SUPPRESS) is one kept only to refuse with a message: not documented.
+    if isinstance(action, argparse._HelpAction | argparse._SubParsersAction) or action.help == argparse.SUPPRESS:
         return None
     if action.option_strings:
         metavar = ""

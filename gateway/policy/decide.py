@@ -24,7 +24,7 @@ class Decision:
     code: ErrorCode | None
     reason: str
     # The rule that decided, for the audit line: `allow_domains[2]` and its pattern `*.github.com`
-    # (the README's audit section lists every rule name).
+    # (docs/reference/audit-log.md lists every rule name).
     rule: str | None = None
     pattern: str | None = None
 
