@@ -162,6 +162,8 @@ class GatewayError(Exception):
         # only, never in the response body (an agent is not told the policy's layout).
         self.rule = rule
         self.rule_pattern = rule_pattern
+        # The addresses a refused name resolved to (`check` prints them), never in a body.
+        self.addresses: tuple[str, ...] = ()
         super().__init__(f"{code}: {self.message}")
 
     def __reduce__(self) -> tuple[Any, ...]:

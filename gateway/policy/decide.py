@@ -163,7 +163,8 @@ def decide_addresses(
         if not verdict.allowed:
             return Decision.deny(
                 ErrorCode.BLOCKED_DESTINATION,
-                f"{host_name} resolves to {verdict.reason}",
+                # "NAME resolves to a denied address: 169.254.169.254 is in 169.254.0.0/16 (...)"
+                f"{host_name} resolves to a denied address: {verdict.reason}",
                 verdict.rule,
                 verdict.pattern,
             )
