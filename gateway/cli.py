@@ -28,13 +28,19 @@ from gateway.settings import (
 MAX_TOKEN_FILE_BYTES = 4096
 
 
-def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+def _add_settings_flags(parser: argparse.ArgumentParser, *, listeners: bool = False) -> None:
+    """The settings flags; the listen addresses only for `serve`, the one command that listens."""
     parser.add_argument("--config", help="YAML or TOML settings file; env and flags win over it (env EGRESS_CONFIG)")
     parser.add_argument("--policy", help="policy file (env EGRESS_POLICY)")
-    parser.add_argument("--proxy-listen", dest="proxy_listen", help="proxy IP:PORT (env EGRESS_PROXY_LISTEN)")
-    parser.add_argument("--api-listen", dest="api_listen", help="tools API IP:PORT (env EGRESS_API_LISTEN)")
-    parser.add_argument("--admin-listen", dest="admin_listen", help="admin IP:PORT (env EGRESS_ADMIN_LISTEN)")
-    parser.add_argument("--nameservers", help="comma list of host[:port] (env EGRESS_NAMESERVERS)")
+    if listeners:
+        parser.add_argument("--proxy-listen", dest="proxy_listen", help="proxy IP:PORT (env EGRESS_PROXY_LISTEN)")
+        parser.add_argument("--api-listen", dest="api_listen", help="tools API IP:PORT (env EGRESS_API_LISTEN)")
+        parser.add_argument("--admin-listen", dest="admin_listen", help="admin IP:PORT (env EGRESS_ADMIN_LISTEN)")
+    parser.add_argument(
+        "--nameservers",
+        help="comma list of IP[:PORT] of DNS servers, e.g. 10.0.0.10:53 (a name is refused: the resolver "
+        "cannot look up its own servers) (env EGRESS_NAMESERVERS)",
+    )
     parser.add_argument("--ca-bundle", dest="ca_bundle", help="extra trusted PEM (env EGRESS_CA_BUNDLE)")
     parser.add_argument("--redis-url", dest="redis_url", help="shared budgets (env EGRESS_REDIS_URL)")
     parser.add_argument("--audit-log", dest="audit_log", help="'-', a file, or 'off' (env EGRESS_AUDIT_LOG)")
@@ -55,6 +61,30 @@ def _add_ca_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     _add_settings_flags(ca_export)
     ca_export.add_argument("--ca-out", dest="ca_out", required=True, help="the CA certificate alone (PEM)")
     ca_export.add_argument("--bundle-out", dest="bundle_out", required=True, help="trust roots + the CA (PEM)")
+
+
+def _add_redirect_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    redirect = commands.add_parser("redirect", help="render, apply or remove the pod's interception rules")
+    action = redirect.add_mutually_exclusive_group(required=True)
+    action_help = {
+        "print": "print the commands --apply runs, with the rules they load, as a shell script",
+        "apply": "install the rules (replacing ours, leaving other rules alone); needs NET_ADMIN",
+        "remove": "remove our rules and chains; removing what is not there is not an error",
+    }
+    for name in ("print", "apply", "remove"):
+        action.add_argument(f"--{name}", dest="action", action="store_const", const=name, help=action_help[name])
+    redirect.add_argument(
+        "--backend",
+        choices=("nftables", "iptables"),
+        default="nftables",
+        help="nftables (default, one nft transaction) or iptables (iptables-restore, where nft is missing)",
+    )
+    redirect.add_argument("--policy", help="policy file, for transparent.principals (env EGRESS_POLICY)")
+    redirect.add_argument("--transparent-listen", dest="transparent_listen", help="env EGRESS_TRANSPARENT_LISTEN")
+    redirect.add_argument("--dns-listen", dest="dns_listen", help="env EGRESS_DNS_LISTEN")
+    redirect.add_argument("--gateway-uid", dest="gateway_uid", help="exempt uid (env EGRESS_GATEWAY_UID)")
+    redirect.add_argument("--exclude-cidrs", dest="exclude_cidrs", help="env EGRESS_REDIRECT_EXCLUDE_CIDRS")
+    redirect.add_argument("--exclude-ports", dest="exclude_ports", help="env EGRESS_REDIRECT_EXCLUDE_PORTS")
 
 
 def _add_mcp_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -92,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the daemon (proxy, tools API, admin)")
-    _add_settings_flags(serve)
+    _add_settings_flags(serve, listeners=True)
 
     _add_check_parser(commands)
 
@@ -131,31 +161,35 @@ def build_parser() -> argparse.ArgumentParser:
     fetch = commands.add_parser("fetch", help="fetch one page as markdown")
     _add_settings_flags(fetch)
     fetch.add_argument("url", help="the page to fetch")
-    fetch.add_argument("--max-chars", dest="max_chars", type=int, default=16_000, help="characters printed at most")
+    fetch.add_argument(
+        "--max-chars", dest="max_chars", type=int, default=16_000, help="characters printed at most (default 16000)"
+    )
+    fetch.add_argument(
+        "--offset",
+        type=int,
+        default=0,
+        help="where the printed window starts: the offset a truncated fetch says to read on with (default 0)",
+    )
 
     search = commands.add_parser("search", help="run one web search")
     _add_settings_flags(search)
     search.add_argument("query", help="what to search for")
-    search.add_argument("--max-results", dest="max_results", type=int, default=10, help="results printed at most")
+    search.add_argument(
+        "--max-results", dest="max_results", type=int, default=10, help="results printed at most (default 10)"
+    )
 
     _add_mcp_parser(commands)
 
     tools = commands.add_parser("tools", help="print the tool definitions for function calling")
-    tools.add_argument("--format", choices=("openai", "anthropic", "mcp"), default="openai")
+    tools.add_argument(
+        "--format",
+        choices=("openai", "anthropic", "mcp"),
+        default="openai",
+        help="the function-calling dialect the definitions are written in (default openai)",
+    )
 
     _add_ca_parser(commands)
-    redirect = commands.add_parser("redirect", help="render, apply or remove the pod's interception rules")
-    action = redirect.add_mutually_exclusive_group(required=True)
-    action_help = {"print": "print the rules", "apply": "apply them (one transaction)", "remove": "remove them"}
-    for name in ("print", "apply", "remove"):
-        action.add_argument(f"--{name}", dest="action", action="store_const", const=name, help=action_help[name])
-    redirect.add_argument("--backend", choices=("nftables", "iptables"), default="nftables")
-    redirect.add_argument("--policy", help="policy file, for transparent.principals (env EGRESS_POLICY)")
-    redirect.add_argument("--transparent-listen", dest="transparent_listen", help="env EGRESS_TRANSPARENT_LISTEN")
-    redirect.add_argument("--dns-listen", dest="dns_listen", help="env EGRESS_DNS_LISTEN")
-    redirect.add_argument("--gateway-uid", dest="gateway_uid", help="exempt uid (env EGRESS_GATEWAY_UID)")
-    redirect.add_argument("--exclude-cidrs", dest="exclude_cidrs", help="env EGRESS_REDIRECT_EXCLUDE_CIDRS")
-    redirect.add_argument("--exclude-ports", dest="exclude_ports", help="env EGRESS_REDIRECT_EXCLUDE_PORTS")
+    _add_redirect_parser(commands)
     return parser
 
 
@@ -295,5 +329,5 @@ def _one_shot(args: argparse.Namespace, settings: Settings) -> int:
             return commands.ca_init(settings, args.days)
         return commands.ca_export(settings, args.ca_out, args.bundle_out)
     if args.command == "fetch":
-        return asyncio.run(commands.fetch_once(settings, args.url, args.max_chars))
+        return asyncio.run(commands.fetch_once(settings, args.url, args.max_chars, args.offset))
     return asyncio.run(commands.search_once(settings, args.query, args.max_results))

@@ -96,7 +96,7 @@ class PinnedDial(Generic[P]):
     No task: uvloop's `create_connection` is a coroutine, stepped here from its waiter's done
     callback, as a Task would step it. A CONNECT's dial then costs no Task, no registration of one
     in asyncio's task set, no done callback and no coroutine frames of ours resumed on each step
-    (about 12 k instructions per tunnel, bench/README.md). Whoever starts a dial keeps a reference
+    (about 12 k instructions per tunnel, bench/HISTORY.md). Whoever starts a dial keeps a reference
     to it until the owner hears the outcome (the tunnel opener's `dialing` set, which its
     listener's shutdown cancels), and `cancel` stops it as a Task is cancelled: the half-made
     connection is closed by the loop's own handler for the CancelledError at its await.

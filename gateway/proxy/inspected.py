@@ -40,7 +40,7 @@ from gateway.proxy.dispatch import ForwardDispatcher
 from gateway.proxy.exchange import ForwardExchange
 from gateway.proxy.forward import UpstreamConnection
 from gateway.proxy.pool import UpstreamPool
-from gateway.proxy.request_framing import ConnectHead, RequestFraming
+from gateway.proxy.request_framing import UPGRADE_REFUSED, ConnectHead, RequestFraming
 from gateway.proxy.server import ProxyServer
 from gateway.proxy.sni import PeekStatus, peek_client_hello
 
@@ -240,6 +240,17 @@ class InspectedClient(ClientConnection):
 
     def _begin_connect(self, head: ConnectHead) -> None:
         self._refuse(GatewayError(ErrorCode.INVALID_INPUT, "CONNECT is not accepted inside an inspected connection"))
+
+    def _refuse(self, error: GatewayError) -> None:
+        if error.message == UPGRADE_REFUSED:
+            # Said plainly: relaying a WebSocket (or any upgrade) out of a terminated connection
+            # is not built yet, and "use CONNECT" means nothing inside one.
+            error = GatewayError(
+                ErrorCode.INSPECTION_UNSUPPORTED,
+                f"{self.host} is inspected and upgrades (WebSocket) are not relayed from inspected "
+                "connections yet; leave the host out of inspect to reach it",
+            )
+        super()._refuse(error)
 
 
 class InspectServer(ProxyServer):

@@ -17,7 +17,8 @@ knows fails the test, so a new README command needs a runner before it lands.
   would collide with any gateway already on this machine. What they install is checked by
   `tests/unit/test_makefile.py`, and the daemon `make run` starts is the one `serve` runs here.
 
-The client recipe table holds settings, not commands, and is not run here.
+The client recipe table holds settings, not commands: which client reads which variable is shown
+by `tests/integration/test_client_recipes.py`, which drives each one through a gateway.
 """
 
 from __future__ import annotations
