@@ -277,9 +277,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--new-hosts", type=int, default=100, help="first requests measured for CPU")
-    parser.add_argument(
-        "--mitmdump", default=shutil.which("mitmdump") or str(Path(sys.executable).parent / "mitmdump")
-    )
+    parser.add_argument("--mitmdump", default=shutil.which("mitmdump") or str(Path(sys.executable).parent / "mitmdump"))
     options = parser.parse_args()
     if not Path(options.mitmdump).exists():
         sys.exit("mitmdump not found: pip install -e '.[bench]' (or a venv of its own, --mitmdump PATH)")
@@ -316,9 +314,9 @@ def main() -> None:
             for name, (port, host, cafile) in paths.items():  # alternated, round by round
                 rows[name].append(run_child("load", str(port), host, cafile, str(options.seconds), str(CONNECTIONS)))
                 single[name].append(run_child("load", str(port), host, cafile, str(options.seconds / 2), "1"))
-            for kind, suffix, cafile in (("inspected", NEW_HOSTS, gateway_ca), ("tunnel", NEW_TUNNELS, origin_ca)):
+            for kind, suffix, trusted in (("inspected", NEW_HOSTS, gateway_ca), ("tunnel", NEW_TUNNELS, origin_ca)):
                 before = cpu_seconds(gateway.pid)
-                run_child("first", str(gateway_port), str(cafile), suffix, str(next_host), str(options.new_hosts))
+                run_child("first", str(gateway_port), str(trusted), suffix, str(next_host), str(options.new_hosts))
                 firsts[kind].append((cpu_seconds(gateway.pid) - before) / options.new_hosts * 1000)
             next_host += options.new_hosts
         report(rows, single, firsts)

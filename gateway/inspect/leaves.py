@@ -4,8 +4,8 @@ Owns the bounded per-host memo (`gateway.memo.BoundedMemo`, held by the object, 
 global) and the private directory `SSLContext.load_cert_chain` needs, since it loads only from
 paths: each leaf (certificate and key in one file) is written 0600 into a 0700 directory, loaded,
 and unlinked at once, so a key sits in a file for the length of one call. By default that
-directory is made in /dev/shm (memory, never a disk) when it exists. A context offers ALPN `http/1.1` only and TLS 1.2 or
-later. A leaf is replaced before it expires. Never opens a socket.
+directory is made in /dev/shm (memory, never a disk) when it exists. A context offers ALPN
+`http/1.1` only and TLS 1.2 or later. A leaf is replaced before it expires. Never opens a socket.
 """
 
 from __future__ import annotations
