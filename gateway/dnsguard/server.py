@@ -17,8 +17,10 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from gateway.credentials.guard import OutboundGuard
+from gateway.credentials.screen import RequestFacts
 from gateway.dnsguard.upstream import Upstream
-from gateway.dnsguard.verdict import fit_udp, judge_answer, judge_query
+from gateway.dnsguard.verdict import fit_udp, judge_answer, judge_query, refused_reply
 from gateway.egress.target import EgressCore
 from gateway.errors import GatewayError
 from gateway.observe import metrics
@@ -36,10 +38,13 @@ MAX_TCP_MESSAGE_BYTES = 65535
 
 
 class DnsListener:
-    def __init__(self, core: EgressCore, audit: AuditLog, upstream: Upstream) -> None:
+    def __init__(
+        self, core: EgressCore, audit: AuditLog, upstream: Upstream, guard: OutboundGuard | None = None
+    ) -> None:
         self.core = core
         self.audit = audit
         self.upstream = upstream
+        self.guard = guard  # a credential placeholder in a name is refused (issue 26)
         self.in_flight = 0
         self._transports: list[asyncio.BaseTransport] = []
         self._servers: list[asyncio.AbstractServer] = []
@@ -82,6 +87,16 @@ class DnsListener:
             )  # fmt: skip
             return None
         verdict = judge_query(data, policy, principal)
+        if verdict.name and self.guard is not None:
+            facts = RequestFacts("dns", principal.name, "", verdict.name, None)
+            misuse = self.guard.screen_dns_name(facts, policy, principal)
+            if misuse is not None:
+                self._record(
+                    principal.name, verdict.name, verdict.qtype, decision="deny", code=str(misuse.code),
+                    reason=misuse.message, answers=0, generation=loaded.generation, started=started,
+                    rule=misuse.rule, client=client,
+                )  # fmt: skip
+                return refused_reply(data)
         if not verdict.forward:
             self._record(
                 principal.name, verdict.name, verdict.qtype, decision="deny", code=verdict.code,

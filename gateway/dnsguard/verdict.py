@@ -63,6 +63,12 @@ def _rcode_reply(query: DNSRecord, rcode: int) -> bytes:
     return bytes(reply.pack())
 
 
+def refused_reply(data: bytes) -> bytes | None:
+    """REFUSED for a query another check refused (a credential placeholder in its name)."""
+    query = parse_query(data)
+    return None if query is None else _rcode_reply(query, RCODE.REFUSED)
+
+
 def _udp_limit(query: DNSRecord) -> int:
     for record in query.ar:
         if record.rtype == OPT_TYPE:
