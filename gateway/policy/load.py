@@ -185,7 +185,7 @@ class _Reader:
             else:
                 choices = _CHOICES.get(key)
                 # YAML 1.1 reads an unquoted `off` (or `on`, `yes`, `no`) as a boolean; a choice
-                # written that way means the word, as the README writes it (`sni: off`).
+                # written that way means the word, as the policy reference writes it (`sni: off`).
                 if choices and isinstance(value_node, yaml.ScalarNode) and value_node.value in choices:
                     changes[key] = value_node.value
                     continue
@@ -448,6 +448,9 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
 def load_policy_file(path: str | os.PathLike[str]) -> Policy:
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError([f"{path}:0: cannot read the policy file ({exc.__class__.__name__}: {exc})"]) from None
+    except OSError as exc:
+        # No line to point at: `file: reason`, in the OS's words ("No such file or directory").
+        raise PolicyError([f"{path}: cannot read the policy file: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise PolicyError([f"{path}: cannot read the policy file: not UTF-8 text (byte {exc.start})"]) from None
     return parse_policy(text, str(path))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from typing import TYPE_CHECKING
 
 from gateway.egress.target import EgressCore
 from gateway.observe.audit import AuditLog
@@ -28,6 +29,9 @@ from gateway.proxy.forward import UpstreamConnection
 from gateway.proxy.live_permission import REVOKED_REASON, revocation
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.tunnel_opener import TunnelOpener
+
+if TYPE_CHECKING:
+    from gateway.proxy.inspected import InspectService
 
 LISTEN_BACKLOG = 4096
 DRAIN_POLL_S = 0.05
@@ -50,6 +54,8 @@ class ProxyServer:
         self._server: asyncio.AbstractServer | None = None
         self._quiet = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
+        # TLS interception for the hosts an `inspect` entry names (issue 25); None without a CA.
+        self.inspection: InspectService | None = None
 
     @property
     def port(self) -> int:
@@ -123,4 +129,6 @@ class ProxyServer:
         self.tunnels.cancel_dials()
         await asyncio.sleep(0)
         self.pool.close()
+        if self.inspection is not None:
+            self.inspection.close()
         self.wheel.close()

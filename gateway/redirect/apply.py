@@ -7,9 +7,11 @@ rule itself (rules.py does).
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import orjson
 
@@ -42,8 +44,66 @@ def _output(argv: Sequence[str], stdin: str | None = None, *, check: bool = True
     return done.stdout if done.returncode == 0 else None
 
 
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One command `--apply` runs: argv, what it reads on stdin, and the check that makes it a
+    no-op when its effect is already there (run `unless` first; skip `argv` if it succeeds)."""
+
+    argv: tuple[str, ...]
+    stdin: str | None = None
+    unless: tuple[str, ...] | None = None
+
+
+def install_commands(plan: RedirectPlan, backend: str) -> list[Command]:
+    """Every command `--apply` runs, in order: `--print` renders this very list, so the two
+    cannot drift apart whatever the rules say."""
+    if backend == "nftables":
+        return [Command(("nft", "-f", "-"), render_nft(plan))]
+    commands: list[Command] = []
+    for binary, restore, version in IPTABLES_FAMILIES:
+        # Our chain replaced in one restore per family, then one jump from OUTPUT if not there yet.
+        commands.append(Command((restore, "--noflush"), render_iptables(plan, version)))
+        for table in ("nat", "filter"):
+            jump = ("-w", "-t", table)
+            commands.append(
+                Command(
+                    (binary, *jump, "-I", "OUTPUT", "1", "-j", IPT_CHAIN),
+                    unless=(binary, *jump, "-C", "OUTPUT", "-j", IPT_CHAIN),
+                )
+            )
+    return commands
+
+
+def run_commands(commands: Sequence[Command]) -> None:
+    for command in commands:
+        if command.unless is not None and _run(command.unless, check=False):
+            continue
+        _run(command.argv, command.stdin)
+
+
+_HEREDOC = "EGRESS_GATEWAY_RULES"
+
+
+def as_shell(commands: Sequence[Command]) -> str:
+    """The commands as a POSIX shell script that does what `run_commands` does."""
+    lines = ["#!/bin/sh", "# egress-gateway redirect --apply runs exactly these commands, in this order.", "set -e"]
+    for command in commands:
+        text = shlex.join(command.argv)
+        if command.unless is not None:
+            text = f"{shlex.join(command.unless)} 2>/dev/null || {text}"
+        if command.stdin is not None:
+            body = command.stdin if command.stdin.endswith("\n") else command.stdin + "\n"
+            # A delimiter no line of the body is, so the here-document ends where the body does.
+            delimiter = _HEREDOC
+            while delimiter in body.splitlines():
+                delimiter += "_"
+            text = f"{text} <<'{delimiter}'\n{body}{delimiter}"
+        lines.append(text)
+    return "\n".join(lines) + "\n"
+
+
 def apply_nft(plan: RedirectPlan) -> None:
-    _run(["nft", "-f", "-"], render_nft(plan))
+    run_commands(install_commands(plan, "nftables"))
 
 
 def remove_nft() -> None:
@@ -51,12 +111,7 @@ def remove_nft() -> None:
 
 
 def apply_iptables(plan: RedirectPlan) -> None:
-    """Our chain replaced in one restore per family, then one jump from OUTPUT if not there yet."""
-    for binary, restore, version in IPTABLES_FAMILIES:
-        _run([restore, "--noflush"], render_iptables(plan, version))
-        for table in ("nat", "filter"):
-            if not _run([binary, "-w", "-t", table, "-C", "OUTPUT", "-j", IPT_CHAIN], check=False):
-                _run([binary, "-w", "-t", table, "-I", "OUTPUT", "1", "-j", IPT_CHAIN])
+    run_commands(install_commands(plan, "iptables"))
 
 
 def remove_iptables() -> None:

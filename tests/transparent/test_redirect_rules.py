@@ -116,3 +116,36 @@ def test_print_refuses_an_agent_uid_equal_to_the_gateway_uid(tmp_path: Path) -> 
     )
     assert result.returncode == 2
     assert "gateway's own" in result.stderr
+
+
+def _saved(ns: str) -> str:
+    """Both families' iptables rules and the nft ruleset, without the dump's dated comments."""
+    dumps = [_in(ns, tool).stdout for tool in ("iptables-save", "ip6tables-save")]
+    dumps.append(_in(ns, "nft", "list", "ruleset").stdout)
+    return "\n".join(line for dump in dumps for line in dump.splitlines() if not line.startswith("#"))
+
+
+@pytest.mark.parametrize("backend", ["iptables", "nftables"])
+def test_print_is_exactly_what_apply_applies(namespace: tuple[str, dict[str, str]], backend: str) -> None:
+    """Issue 29: `--print --backend iptables` left out the OUTPUT jumps `--apply` adds. The
+    printed script, run by sh in a fresh namespace, leaves the very ruleset `--apply` leaves."""
+    applied_ns, env = namespace
+    printed_ns = f"{applied_ns}-p"
+    subprocess.run(["ip", "netns", "add", printed_ns], check=True, capture_output=True)
+    try:
+        script = _redirect(applied_ns, env, "--print", "--backend", backend)
+        assert script.returncode == 0, script.stderr
+        if backend == "iptables":
+            assert "iptables -w -t nat -I OUTPUT 1 -j EGRESS_GW_OUTPUT" in script.stdout
+            assert "ip6tables -w -t filter -I OUTPUT 1 -j EGRESS_GW_OUTPUT" in script.stdout
+        applied = _redirect(applied_ns, env, "--apply", "--backend", backend)
+        assert applied.returncode == 0, applied.stderr
+        # Twice, as --apply may be: the printed script is idempotent as well.
+        for _ in range(2):
+            ran = _in(printed_ns, "sh", "-c", script.stdout)
+            assert ran.returncode == 0, ran.stderr
+        assert _saved(printed_ns) == _saved(applied_ns)
+        assert "EGRESS_GW_OUTPUT" in _saved(applied_ns) or "egress_gateway" in _saved(applied_ns)
+    finally:
+        _redirect(applied_ns, env, "--remove", "--backend", backend)
+        subprocess.run(["ip", "netns", "del", printed_ns], check=False, capture_output=True)
