@@ -21,15 +21,18 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from gateway.credentials.guard import OutboundGuard
+from gateway.credentials.screen import RequestFacts
 from gateway.dnsguard.answers import AddressAnswer, AddressAnswers
 from gateway.dnsguard.upstream import Upstream
-from gateway.dnsguard.verdict import fit_udp, judge_answer, judge_query
+from gateway.dnsguard.verdict import fit_udp, judge_answer, judge_query, refused_reply
 from gateway.dnsguard.wire import TYPE_A, TYPE_AAAA, Question, read_question
 from gateway.egress.target import EgressCore
 from gateway.errors import GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.observe.audit_fields import client_fields, new_connection_id
+from gateway.policy.model import LoadedPolicy, Principal
 from gateway.policy.transparent import KNOWN_QUERY_TYPES
 from gateway.settings import ListenAddress
 from gateway.tasks import spawn
@@ -42,10 +45,13 @@ MAX_TCP_MESSAGE_BYTES = 65535
 
 
 class DnsListener:
-    def __init__(self, core: EgressCore, audit: AuditLog, upstream: Upstream) -> None:
+    def __init__(
+        self, core: EgressCore, audit: AuditLog, upstream: Upstream, guard: OutboundGuard | None = None
+    ) -> None:
         self.core = core
         self.audit = audit
         self.upstream = upstream
+        self.guard = guard  # a credential placeholder in a name is refused (issue 26)
         self.answers = AddressAnswers(core)
         self._query_counts: dict[tuple[str, str], Any] = {}
         self.in_flight = 0
@@ -90,7 +96,7 @@ class DnsListener:
         except GatewayError:
             return None
         remembered = self.answers.remembered(principal, question, loaded.generation)
-        if remembered is None:
+        if remembered is None or self._screened_out(principal, question.name, loaded):
             return None
         started = time.perf_counter()
         client = {"conn": new_connection_id(), **client_fields(peer)}
@@ -118,7 +124,7 @@ class DnsListener:
         question = read_question(data)
         if question is not None and question.qtype in (TYPE_A, TYPE_AAAA):
             qtype = "A" if question.qtype == TYPE_A else "AAAA"
-            if qtype in policy.transparent.dns_allow_types:
+            if qtype in policy.transparent.dns_allow_types and not self._screened_out(principal, question.name, loaded):
                 answer = self.answers.remembered(principal, question, loaded.generation)
                 if answer is None:
                     answer = await self.answers.decide(principal, question, loaded)
@@ -129,6 +135,16 @@ class DnsListener:
                     )  # fmt: skip
                     return answer.reply(question, tcp=tcp, now=self.answers.clock())
         verdict = judge_query(data, policy, principal)
+        if verdict.name and self.guard is not None:
+            facts = RequestFacts("dns", principal.name, "", verdict.name, None)
+            misuse = self.guard.screen_dns_name(facts, policy, principal)
+            if misuse is not None:
+                self._record(
+                    principal.name, verdict.name, verdict.qtype, decision="deny", code=str(misuse.code),
+                    reason=misuse.message, answers=0, generation=loaded.generation, started=started,
+                    rule=misuse.rule, client=client,
+                )  # fmt: skip
+                return refused_reply(data)
         if not verdict.forward:
             self._record(
                 principal.name, verdict.name, verdict.qtype, decision="deny", code=verdict.code,
@@ -163,6 +179,13 @@ class DnsListener:
             client=client,
         )
         return judged.reply if tcp else fit_udp(judged.reply, verdict.udp_limit)
+
+    def _screened_out(self, principal: Principal, name: str, loaded: LoadedPolicy) -> bool:
+        """Whether the credential guard refuses the name: the general path then refuses and says why."""
+        if self.guard is None:
+            return False
+        facts = RequestFacts("dns", principal.name, "", name, None)
+        return self.guard.screen_dns_name(facts, loaded.policy, principal) is not None
 
     def _record_answer(
         self,

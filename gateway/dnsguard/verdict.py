@@ -81,6 +81,12 @@ def _within_limits(query: DNSRecord) -> bool:
     return True
 
 
+def refused_reply(data: bytes) -> bytes | None:
+    """REFUSED for a query another check refused (a credential placeholder in its name)."""
+    query = parse_query(data)
+    return None if query is None else _rcode_reply(query, RCODE.REFUSED)
+
+
 def _udp_limit(query: DNSRecord) -> int:
     for record in query.ar:
         if record.rtype == OPT_TYPE:

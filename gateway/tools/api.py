@@ -20,6 +20,8 @@ from typing import Any, cast
 import orjson
 from aiohttp import web
 
+from gateway.credentials.guard import OutboundGuard
+from gateway.credentials.screen import RequestFacts
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import CONNECTION_ID_HEADER, AuditLog
@@ -94,12 +96,16 @@ class ToolsApi:
         fetch_tool: FetchTool,
         search_tool: SearchTool,
         audit: AuditLog,
+        *,
+        guard: OutboundGuard | None = None,
     ) -> None:
         self._policy_source = policy_source
         self._calls = calls
         self._fetch = fetch_tool
         self._search = search_tool
         self._audit = audit
+        # The outbound secret scan and placeholder check (issue 26), before any byte is sent.
+        self._guard = guard
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES, middlewares=[json_http_errors])
@@ -283,6 +289,7 @@ class ToolsApi:
 
     async def _invoke_fetch(self, context: CallContext, payload: Any, audit: dict[str, Any]) -> dict[str, Any]:
         args = parse_fetch_args(payload)
+        self._screen(context, "fetch", url=args.url)
         vetted = self._fetch.vet(args, context.loaded)
         audit.update(host=vetted.host.name, port=vetted.port)
         # A destination the policy refuses costs no reservation (issue 5): decide before reserving
@@ -307,6 +314,7 @@ class ToolsApi:
         if not isinstance(payload, dict):
             raise GatewayError(ErrorCode.INVALID_INPUT, "the request body must be a JSON object")
         query = parse_search_args(payload)
+        self._screen(context, "search", query=query.with_site_operator())
 
         async def work() -> dict[str, Any]:
             try:
@@ -318,6 +326,22 @@ class ToolsApi:
             return result
 
         return await self._calls.run("search", context, work)
+
+    def _screen(self, context: CallContext, tool: str, *, url: str | None = None, query: str | None = None) -> None:
+        """Refuse a fetch URL or search query that carries a placeholder (the tools never inject
+        one) or a secret the principal's `scan:` section denies."""
+        if self._guard is None:
+            return
+        policy, principal = context.loaded.policy, context.principal
+        facts = RequestFacts(tool, principal.name, "", None, None)
+        generation = context.loaded.generation
+        refusal = (
+            self._guard.screen_request(facts, policy, principal, url=url, generation=generation)
+            if url is not None
+            else self._guard.screen_query(facts, policy, principal, query or "", generation)
+        )
+        if refusal is not None:
+            raise refusal
 
     async def handle_mint_run_token(self, request: web.Request) -> web.Response:
         """`POST /v1/runs`: an orchestrator mints a run token for one of its principals."""

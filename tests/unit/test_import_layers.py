@@ -32,6 +32,10 @@ RANKS: dict[str, float] = {
     "policy": 2,
     "budget": 3,
     "egress": 3,
+    # Between egress and the listeners that use them (issue 26): the pure scanner, then the
+    # credential store and request screening built on it.
+    "scan": 3.2,
+    "credentials": 3.3,
     "inspect": 3.5,  # issue 25: the CA, leaves and TLS termination the listeners use; above egress
     "proxy": 4,
     "tools": 4,
