@@ -287,6 +287,11 @@ class ToolsApi:
         """Run one tool call for `context`; shared by the HTTP handlers and the CLI."""
         # The switch first and once: a principal without the tool learns nothing about its arguments.
         require_tool(context.principal, "fetch" if tool == "fetch" else "search")
+        # No audit, no egress: refused here with its own code (inside, robots.txt or an engine
+        # would see the refusal as an unreachable site and answer with another one).
+        refusal = self._audit.refusal()
+        if refusal is not None:
+            raise refusal
         # The switch that let the call in; a fetch names its destination's rule once decided.
         audit["rule"] = f"tools.{tool}"
         if tool == "fetch":
