@@ -151,22 +151,24 @@ class OutboundGuard:
     def scrubber(self, facts: RequestFacts, window_bytes: int) -> Scrubber | None:
         """A scrubber for the response of a request to a bound host, or None."""
         bound = [c for c in bound_to(self.store.current, facts) if c.value]
-        return Scrubber(bound, window_bytes) if bound else None
+        if not bound:
+            return None
+        return Scrubber(bound, window_bytes, lambda done: self.scrubbed(facts, done.replaced))
 
-    def scrubbed(self, facts: RequestFacts, scrubber: Scrubber) -> None:
-        """The `security` line and counts of a response whose values were replaced."""
-        for where, count in scrubber.replaced.items():
-            if count:
-                metrics.CREDENTIAL_SCRUBS.labels(where).inc(count)
-                self.audit.write(
-                    "security",
-                    kind=facts.kind,
-                    principal=facts.principal,
-                    host=facts.host,
-                    port=facts.port,
-                    action="scrub",
-                    scrubbed=count,
-                )
+    def scrubbed(self, facts: RequestFacts, count: int) -> None:
+        """The `security` line and count of a response whose values were replaced."""
+        metrics.CREDENTIAL_SCRUBS.labels("response").inc(count)
+        self.audit.write(
+            "security",
+            kind=facts.kind,
+            principal=facts.principal,
+            host=facts.host,
+            port=facts.port,
+            method=facts.method,
+            path=facts.path,
+            action="scrub",
+            scrubbed=count,
+        )
 
 
 class BodyGuard:

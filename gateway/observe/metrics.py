@@ -226,7 +226,8 @@ CREDENTIAL_INJECTIONS = Counter(
 )
 CREDENTIAL_SCRUBS = Counter(
     "egress_gateway_credential_scrubs_total",
-    "Real credential values replaced by their placeholder in responses of bound hosts, by where (header, body).",
+    "Real credential values replaced by their placeholder in responses of bound hosts (head and body window), "
+    "by where (response).",
     ["where"],
     registry=REGISTRY,
 )

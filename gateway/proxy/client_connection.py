@@ -312,7 +312,8 @@ class ClientConnection(asyncio.Protocol):
         except GatewayError as error:
             self._answer_and_close(error)
             return
-        if request.principal.inspect or request.loaded.policy.defaults.inspect:
+        policy = request.loaded.policy
+        if request.principal.inspect or policy.defaults.inspect or policy.credentials.entries:
             loaded, principal = request.loaded, request.principal
             if inspects_host(loaded.policy, principal, request.host.name, request.port, tls=True):
                 self._begin_inspection(request, head.rest)

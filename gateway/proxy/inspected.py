@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.credentials.guard import OutboundGuard
 from gateway.egress.connect import TlsTrust, open_pinned_connection
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
@@ -126,8 +127,19 @@ class InspectDecisions(ProxyDecisions):
 class InspectDispatcher(ForwardDispatcher):
     """Judges each request by the inspect rules, then sends it over TLS to the pinned address."""
 
-    def __init__(self, core: EgressCore, decisions: ProxyDecisions, pool: UpstreamPool, trust: TlsTrust) -> None:
-        super().__init__(core, decisions, pool)
+    # Requests inside terminated TLS: a credential's binding (https only) can hold for them.
+    outbound_scheme = "https"
+    outbound_kind = KIND
+
+    def __init__(
+        self,
+        core: EgressCore,
+        decisions: ProxyDecisions,
+        pool: UpstreamPool,
+        trust: TlsTrust,
+        guard: OutboundGuard | None = None,
+    ) -> None:
+        super().__init__(core, decisions, pool, guard)
         self.trust = trust
 
     def start(self, exchange: ForwardExchange) -> None:
@@ -265,7 +277,7 @@ class InspectServer(ProxyServer):
         # Apart from the plain HTTP pool: a TLS connection is never reused for plain HTTP.
         self.pool = UpstreamPool(proxy.wheel)
         self.tunnels = proxy.tunnels
-        self.dispatcher = InspectDispatcher(proxy.core, self.decisions, self.pool, trust)
+        self.dispatcher = InspectDispatcher(proxy.core, self.decisions, self.pool, trust, proxy.dispatcher.guard)
         self.draining = False
         self.connections = set()
         self._server = None
