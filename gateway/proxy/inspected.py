@@ -466,5 +466,9 @@ class InspectService:
         )
 
     def close(self) -> None:
+        """Shutdown: inspected connections end with the listener's (their requests are the
+        forward proxy's, so what the drain let finish has finished)."""
+        for conn in list(self.server.connections):
+            conn.abort("shutdown")
         self.server.pool.close()
         self.leaves.close()
