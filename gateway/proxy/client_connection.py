@@ -1,17 +1,17 @@
 """One client connection of the forward proxy: dispatch to CONNECT or forwarding, deadlines, close.
 
 Owns the client side of every proxy connection as an asyncio Protocol that feeds client bytes to
-its `request_framing.RequestFraming` (the sans-I/O request half: parsing, caps, pipelining,
-keep-alive intent) and its `connection_deadlines.ClientLimits` (the head deadline against
+its `http1/request_framing.RequestFraming` (the sans-I/O request half: parsing, caps, pipelining,
+keep-alive intent) and its `deadlines/limits.ClientLimits` (the head deadline against
 slowloris, the keep-alive idle time, the half-close, whether another request is served) and
-carries out what they say: its one entry in the listener's `deadline.DeadlineWheel` moved (the
+carries out what they say: its one entry in the listener's `deadlines/wheel.DeadlineWheel` moved (the
 entry also bounds each attempt of a CONNECT's dial, as the dialer's `DialDeadline`; the dial
 runs without a task, reporting to this connection as its `DialOwner`), the
 write side kept open after the client's FIN, the connection aborted or closed, pipelined requests
 answered in order, denials with X-Egress-Code, and the request in flight dropped when a policy
-reload denies it. Each absolute-URI request goes to `dispatch.ForwardDispatcher` (decided without
-a task when cached state suffices), each CONNECT to `tunnel_opener.TunnelOpener`; `server.py`
-owns the listener, `forward.py` the upstream side of an exchange and `tunnel.py` an established
+reload denies it. Each absolute-URI request goes to `forward/dispatch.ForwardDispatcher` (decided without
+a task when cached state suffices), each CONNECT to `tunnel/opener.TunnelOpener`; `server.py`
+owns the listener, `forward/upstream.py` the upstream side of an exchange and `tunnel/splice.py` an established
 tunnel.
 
 Never resolves a name or dials a socket itself (the egress core decides; a CONNECT's
@@ -24,26 +24,51 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit_fields import connection_fields
-from gateway.proxy.connection_deadlines import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
-from gateway.proxy.deadline import LazyDeadline
-from gateway.proxy.exchange import NOT_PAUSED, ForwardExchange, PauseReason
-from gateway.proxy.heads import error_response
-from gateway.proxy.live_permission import REVOKED_REASON, revocation
-from gateway.proxy.request_framing import ConnectHead, RequestBody, RequestEnd, RequestFraming
-from gateway.proxy.sni import MAX_PEEK_BYTES
-from gateway.proxy.tunnel import DialedUpstream, Tunnel, UpstreamTunnelProtocol
-from gateway.proxy.tunnel_opener import TunnelRequest
+from gateway.proxy.deadlines.limits import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
+from gateway.proxy.deadlines.wheel import DeadlineWheel, LazyDeadline
+from gateway.proxy.decision.live_permission import REVOKED_REASON, revocation
+from gateway.proxy.decision.records import DecisionRecords
+from gateway.proxy.forward.dispatch import ForwardDispatcher
+from gateway.proxy.forward.exchange import NOT_PAUSED, ForwardExchange, PauseReason
+from gateway.proxy.http1.heads import error_response
+from gateway.proxy.http1.request_framing import ConnectHead, RequestBody, RequestEnd, RequestFraming
+from gateway.proxy.tls.sni import MAX_PEEK_BYTES
+from gateway.proxy.tunnel.opener import TunnelOpener, TunnelRequest
+from gateway.proxy.tunnel.splice import DialedUpstream, Tunnel, UpstreamTunnelProtocol
 from gateway.tasks import spawn
 
 if TYPE_CHECKING:
     from gateway.egress.connect import PinnedDial
-    from gateway.proxy.dispatch import KeptDecision
-    from gateway.proxy.server import ProxyServer
+    from gateway.proxy.forward.kept_decision import KeptDecision
+
+
+class ListenerState(Protocol):
+    """What a client connection reads from its listener (`server.ProxyServer`)."""
+
+    @property
+    def core(self) -> EgressCore: ...
+    @property
+    def wheel(self) -> DeadlineWheel: ...
+    @property
+    def records(self) -> DecisionRecords: ...
+    @property
+    def dispatcher(self) -> ForwardDispatcher: ...
+    @property
+    def tunnels(self) -> TunnelOpener: ...
+    @property
+    def connections(self) -> set[ClientConnection]: ...
+    @property
+    def draining(self) -> bool: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None: ...
+
+    def activity_ended(self) -> None: ...
 
 
 # The unlabelled histogram's child, bound once: the family's `observe` is one more call per request.
@@ -73,7 +98,7 @@ class ClientConnection(asyncio.Protocol):
         "transport",
     )
 
-    def __init__(self, server: ProxyServer) -> None:
+    def __init__(self, server: ListenerState) -> None:
         self.server = server
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
         self.audit_fields: dict[str, Any] = {}
@@ -181,7 +206,7 @@ class ClientConnection(asyncio.Protocol):
                 upstream = exchange.upstream
                 upstream.exchange = None
                 upstream.close()
-                self.server.decisions.record_exchange_close(exchange, "client_closed")
+                self.server.records.record_exchange_close(exchange, "client_closed")
         self._exchange = None
         self._queued.clear()
 
@@ -237,7 +262,7 @@ class ClientConnection(asyncio.Protocol):
         duration_s = now - exchange.started
         _FORWARD_SECONDS.observe(duration_s)
         server = self.server
-        server.decisions.record_exchange_close(exchange, reason, duration_s)
+        server.records.record_exchange_close(exchange, reason, duration_s)
         self._exchange = None
         if server.draining:
             server.activity_ended()  # it only wakes a drain
@@ -257,7 +282,7 @@ class ClientConnection(asyncio.Protocol):
 
     def fail_exchange(self, exchange: ForwardExchange, code: str, message: str) -> None:
         """The upstream failed mid-exchange: a 502 if nothing was sent yet, else cut the stream."""
-        self.server.decisions.record_exchange_close(exchange, code)
+        self.server.records.record_exchange_close(exchange, code)
         self._exchange = None
         self.server.activity_ended()
         if self._closed:
@@ -266,7 +291,7 @@ class ClientConnection(asyncio.Protocol):
         head_sent = upstream is not None and upstream.head_sent
         if not head_sent:
             error = GatewayError(ErrorCode(code), message)
-            self.server.decisions.count_decision("http", "error", code)
+            self.server.records.count_decision("http", "error", code)
             self._answer_and_close(error)
             return
         self._close()
@@ -406,7 +431,7 @@ class ClientConnection(asyncio.Protocol):
             self.abort("malformed_request")
             return
         generation = self.server.core.policy.current.generation
-        self.server.decisions.record_deny(
+        self.server.records.record_deny(
             "http", None, None, None, error=error, generation=generation, client=self.audit_fields
         )
         self._answer_and_close(error)
@@ -430,7 +455,7 @@ class ClientConnection(asyncio.Protocol):
         if upstream is not None:
             upstream.exchange = None
             upstream.close()
-        self.server.decisions.record_exchange_close(exchange, REVOKED_REASON)
+        self.server.records.record_exchange_close(exchange, REVOKED_REASON)
         self._exchange = None
         self.abort(REVOKED_REASON)
 

@@ -8,7 +8,7 @@ chosen address are never trusted), the destination rule (follow-name | strict), 
 allow-list, the pinned dial, and the hand-over to the proxy's `Tunnel` (kind `transparent`) or,
 for plain HTTP, to the proxy's own request handling (`transparent.http`).
 
-Never parses TLS or HTTP itself (sni.py, the proxy do), never dials anything but a PinnedTarget.
+Never parses TLS or HTTP itself (`proxy/tls/sni.py`, the proxy do), never dials anything but a PinnedTarget.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.observe.audit_fields import client_fields, new_connection_id
 from gateway.policy.model import LoadedPolicy, Principal
-from gateway.proxy.deadline import LazyDeadline
-from gateway.proxy.sni import MAX_PEEK_BYTES
-from gateway.proxy.tunnel import DialedUpstream, Tunnel, UpstreamTunnelProtocol
-from gateway.proxy.tunnel_opener import TunnelOpener
+from gateway.proxy.deadlines.wheel import LazyDeadline
+from gateway.proxy.tls.sni import MAX_PEEK_BYTES
+from gateway.proxy.tunnel.opener import TunnelOpener
+from gateway.proxy.tunnel.splice import DialedUpstream, Tunnel, UpstreamTunnelProtocol
 from gateway.settings import ListenAddress
 from gateway.tasks import spawn
 from gateway.transparent.destination import pin_destination, raw_rules_for_port
@@ -128,7 +128,7 @@ class TransparentListener:
         **extra: str,
     ) -> None:
         """The proxy's refusal record, with the destination the agent dialed."""
-        self.tunnels.decisions.record_deny(
+        self.tunnels.records.record_deny(
             KIND,
             principal,
             host,
@@ -148,7 +148,7 @@ class TransparentListener:
         client: Mapping[str, Any] | None = None,
     ) -> None:
         """The proxy's allow record, with the destination the agent dialed."""
-        self.tunnels.decisions.record_allow(
+        self.tunnels.records.record_allow(
             KIND, principal, target, client=client, original_dst=format_original(original)
         )
 

@@ -1,7 +1,8 @@
-"""The README's layout section names every module of the package, under its own package's entry.
+"""ARCHITECTURE.md's layout section names every module of the package, under its package's entry.
 
 The drawing is what a new reader trusts to find their way; a module added without a line there
-is invisible to them, so the tree and the drawing are compared on every run.
+is invisible to them, so the tree and the drawing are compared on every run. (It was the
+README's until the README was cut down to a start page; ARCHITECTURE.md owns it now.)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ WILDCARD = re.compile(r"(\w+)\*")
 def layout_entries() -> dict[str, str]:
     """Each top-level entry of the layout drawing (a package `name/` or root file names), with the
     text of its lines."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
     block = text[text.index("```\ngateway/\n") : text.index("\ntests/\n")]
     entries: dict[str, str] = {}
     current = ""

@@ -1,7 +1,7 @@
 """Plain HTTP dispatch: decide one absolute-URI request and put it on an upstream connection.
 
 Owns the step between a parsed request head and `UpstreamConnection.start`: the decision through
-`ProxyDecisions` and the egress core (synchronous when `EgressCore.pin_cached` can decide, so a
+`DecisionCaches` and the egress core (synchronous when `EgressCore.pin_cached` can decide, so a
 keep-alive request costs no task; an owned task awaiting `EgressCore.pin` on a DNS cache miss),
 the decision record, the rewritten upstream head, a pooled connection or a fresh pinned dial,
 and the one retry of a request a stale pooled connection dropped.
@@ -20,69 +20,20 @@ from gateway.errors import GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
 from gateway.policy.model import LoadedPolicy, Principal
-from gateway.proxy.decision_caches import (
+from gateway.proxy.decision.caches import (
     MAX_CACHED_TARGETS,
     MAX_CACHED_URL_BYTES,
+    DecisionCaches,
     ForwardTarget,
-    ProxyDecisions,
-    RequestLines,
 )
-from gateway.proxy.exchange import ForwardExchange, build_request_head
-from gateway.proxy.forward import UpstreamConnection
-from gateway.proxy.pool import PoolKey, UpstreamPool
+from gateway.proxy.decision.records import DecisionRecords
+from gateway.proxy.forward.exchange import ForwardExchange, build_request_head
+from gateway.proxy.forward.kept_decision import KeptDecision
+from gateway.proxy.forward.pool import UpstreamPool
+from gateway.proxy.forward.upstream import UpstreamConnection
 from gateway.tasks import spawn
 
 _HTTP_LATENCY = metrics.CONNECT_SECONDS.labels("http")
-
-
-class KeptDecision:
-    """A client connection's last decision from cached state, for its next request: the same
-    credential and absolute URI under the same generation get the same principal and target
-    (`EgressCore.still_pinned` checks that the target still holds, as `pin_cached` would). It
-    also keeps what follows from them: the pool keys, the last upstream head and audit lines."""
-
-    __slots__ = (
-        "authorization",
-        "forward",
-        "head",
-        "head_chunked",
-        "head_fields",
-        "head_method",
-        "lines",
-        "lines_method",
-        "pool_keys",
-        "principal",
-        "target",
-        "url",
-    )
-
-    def __init__(
-        self,
-        authorization: bytes | None,
-        url: bytes,
-        principal: Principal,
-        forward: ForwardTarget,
-        target: PinnedTarget,
-        *,
-        pool_keys: tuple[PoolKey, ...],
-    ) -> None:
-        self.authorization = authorization
-        self.url = url
-        self.principal = principal
-        self.forward = forward
-        self.target = target
-        self.pool_keys = pool_keys  # `UpstreamPool.keys_for(principal.name, target)`
-        # The upstream head last built for this URI, and the request's method, forwarded field
-        # lines and chunking it was built from: a request repeating them gets the same bytes
-        # (`build_request_head` is a pure function).
-        self.head = b""
-        self.head_method = b""
-        self.head_fields: bytes | None = None
-        self.head_chunked = False
-        # The audit lines of its last request and that request's method: a request with the
-        # same method (and target) has the same lines (same principal, kind and path: same URI).
-        self.lines: RequestLines | None = None
-        self.lines_method = b""
 
 
 def _upstream_head(exchange: ForwardExchange, forward: ForwardTarget) -> bytes:
@@ -102,11 +53,14 @@ def _upstream_head(exchange: ForwardExchange, forward: ForwardTarget) -> bytes:
 class ForwardDispatcher:
     """Shared by every client connection of a listener: the decision and the upstream choice."""
 
-    def __init__(self, core: EgressCore, decisions: ProxyDecisions, pool: UpstreamPool) -> None:
+    def __init__(
+        self, core: EgressCore, caches: DecisionCaches, records: DecisionRecords, pool: UpstreamPool[UpstreamConnection]
+    ) -> None:
         self.core = core
-        self.decisions = decisions
+        self.caches = caches
+        self.records = records
         self.pool = pool
-        # The audit lines' `path` of each origin-form target, as `ProxyDecisions` remembers the
+        # The audit lines' `path` of each origin-form target, as `DecisionCaches` remembers the
         # targets themselves (the same bound): decoding and splitting it costs 4 k instructions.
         self._audit_paths: BoundedMemo[bytes, str] = BoundedMemo(MAX_CACHED_TARGETS)
 
@@ -128,11 +82,11 @@ class ForwardDispatcher:
         principal: Principal | None = None
         forward: ForwardTarget | None = None
         try:
-            principal = self.decisions.principal_for(loaded, authorization)
-            forward = self.decisions.forward_target(url)
+            principal = self.caches.principal_for(loaded, authorization)
+            forward = self.caches.forward_target(url)
             target = self.core.pin_cached(principal, forward.host, forward.port, loaded)
         except GatewayError as error:
-            claimed = self.decisions.claimed_principal(authorization) if principal is None else None
+            claimed = self.caches.claimed_principal(authorization) if principal is None else None
             self._deny(exchange, error, loaded, principal, forward, claimed=claimed)
             return
         if target is None:
@@ -182,16 +136,16 @@ class ForwardDispatcher:
         kept = client.kept_decision
         lines = kept.lines if kept is not None else None
         if kept is not None and lines is not None and lines.target is target and kept.lines_method == method:
-            self.decisions.write_allow(lines, client.audit_fields)
+            self.records.write_allow(lines, client.audit_fields)
         else:
             audit_path = self._audit_paths.get(forward.origin_form)
             if audit_path is None:
                 audit_path = self._audit_path(forward.origin_form)
-            lines = self.decisions.record_allow(
+            lines = self.records.record_allow(
                 "http",
                 principal,
                 target,
-                method=self.decisions.method_name(method),
+                method=self.caches.method_name(method),
                 path=audit_path,
                 client=client.audit_fields,
             )
@@ -212,7 +166,7 @@ class ForwardDispatcher:
         upstream.start(exchange, head)
 
     def _audit_path(self, origin_form: bytes) -> str | None:
-        path = self.decisions.audit.http_path(origin_form)
+        path = self.records.audit.http_path(origin_form)
         if path is not None and len(origin_form) <= MAX_CACHED_URL_BYTES:
             self._audit_paths.put(origin_form, path)
         return path
@@ -246,7 +200,7 @@ class ForwardDispatcher:
         *,
         claimed: str | None = None,
     ) -> None:
-        self.decisions.record_deny(
+        self.records.record_deny(
             "http",
             principal.name if principal else None,
             forward.host.name if forward else None,
