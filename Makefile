@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: run test lint bench chart system-deps clean
+.PHONY: run demo test lint bench chart docs system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || (apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV))
@@ -23,6 +23,11 @@ $(RUN_STAMP): pyproject.toml | $(BIN)/python
 run: $(RUN_STAMP)
 	$(BIN)/egress-gateway serve --policy policies/default.yaml
 
+# The README's Quickstart: the gateway beside a local origin and DNS server, five requests
+# allowed and refused, and the audit lines they left; no internet needed.
+demo: $(RUN_STAMP)
+	$(BIN)/python scripts/demo.py
+
 system-deps:
 	scripts/install-system-deps.sh
 
@@ -31,9 +36,9 @@ test: $(STAMP) system-deps
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway tests bench
-	$(BIN)/ruff format --check gateway tests bench
-	$(BIN)/mypy --strict gateway tests bench
+	$(BIN)/ruff check gateway tests bench scripts
+	$(BIN)/ruff format --check gateway tests bench scripts
+	$(BIN)/mypy --strict gateway tests bench scripts
 
 chart: $(STAMP)
 	scripts/install-helm.sh
@@ -46,5 +51,12 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/extract.py --pages ../shared/fixtures/pages --snippets ../shared/fixtures/snippet-pages
 
+# The documentation site (optional, not part of `make test`): zensical reads mkdocs.yml and the
+# Markdown under docs/, and writes site/. Pinned so the site builds the same everywhere.
+ZENSICAL_VERSION := 0.1.1
+docs: $(STAMP)
+	$(BIN)/python -m pip install -q 'zensical==$(ZENSICAL_VERSION)'
+	$(BIN)/zensical build --clean
+
 clean:
-	rm -rf $(VENV) .tools
+	rm -rf $(VENV) .tools site

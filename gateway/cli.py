@@ -30,6 +30,22 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis-url", dest="redis_url", help="shared budgets (env EGRESS_REDIS_URL)")
     parser.add_argument("--audit-log", dest="audit_log", help="'-', a file, or 'off' (env EGRESS_AUDIT_LOG)")
     parser.add_argument("--log-level", dest="log_level", help="debug|info|warning|error (env EGRESS_LOG_LEVEL)")
+    parser.add_argument(
+        "--inspect-ca-cert", dest="inspect_ca_cert", help="interception CA (env EGRESS_INSPECT_CA_CERT)"
+    )
+    parser.add_argument("--inspect-ca-key", dest="inspect_ca_key", help="its key (env EGRESS_INSPECT_CA_KEY)")
+
+
+def _add_ca_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ca = commands.add_parser("ca", help="the interception CA: init writes one, export what agents trust")
+    ca_commands = ca.add_subparsers(dest="ca_command", required=True)
+    ca_init = ca_commands.add_parser("init", help="write a new CA (certificate, and its key 0600)")
+    _add_settings_flags(ca_init)
+    ca_init.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    ca_export = ca_commands.add_parser("export", help="write the CA alone and the combined trust bundle")
+    _add_settings_flags(ca_export)
+    ca_export.add_argument("--ca-out", dest="ca_out", required=True, help="the CA certificate alone (PEM)")
+    ca_export.add_argument("--bundle-out", dest="bundle_out", required=True, help="trust roots + the CA (PEM)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="resolve and decide a URL without connecting")
     _add_settings_flags(check)
     check.add_argument("--principal", help="principal name (default: the default principal)")
+    check.add_argument("--method", help="also judge METHOD URL by the inspect rules and name the rule")
     check.add_argument("url")
 
     policy = commands.add_parser("policy", help="policy tools")
@@ -52,6 +69,28 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument(
         "--diff", nargs=2, metavar=("OLD", "NEW"), help="also print what NEW allows or denies that OLD did not"
     )
+    suggest = policy_commands.add_parser(
+        "suggest",
+        help="learn mode: the smallest policy that would have allowed what an audit log saw",
+        description="Read audit lines (report or enforce mode) and print the smallest policy that would have "
+        "allowed the traffic they record, per principal, with denials and address-guard refusals listed apart.",
+    )
+    suggest.add_argument(
+        "--from",
+        dest="sources",
+        action="append",
+        required=True,
+        metavar="AUDIT_LOG",
+        help="an audit log file, or '-' for stdin; repeat for rotated files",
+    )
+    suggest.add_argument("--principal", help="only this principal's lines (default: every principal seen)")
+    suggest.add_argument("--since", help="only lines from this time on: 2026-12-01T11:00:00Z, or an age: 30m, 2h, 7d")
+    suggest.add_argument(
+        "--base",
+        metavar="POLICY",
+        help="start from this policy (tokens, budgets, settings kept) and list what the suggestion opens or closes",
+    )
+    suggest.add_argument("--output", "-o", metavar="FILE", help="write the policy to FILE and print only the review")
     policy_commands.add_parser("token", help="print a new token and its token_sha256 line")
     policy_commands.add_parser("hash-token", help="read a token on stdin, print its token_sha256 line")
 
@@ -75,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools = commands.add_parser("tools", help="print the tool definitions for function calling")
     tools.add_argument("--format", choices=("openai", "anthropic", "mcp"), default="openai")
 
+    _add_ca_parser(commands)
     redirect = commands.add_parser("redirect", help="render, apply or remove the pod's interception rules")
     action = redirect.add_mutually_exclusive_group(required=True)
     for name in ("print", "apply", "remove"):
@@ -108,6 +148,8 @@ def _settings_from(args: argparse.Namespace) -> Settings:
             "gateway_uid",
             "exclude_cidrs",
             "exclude_ports",
+            "inspect_ca_cert",
+            "inspect_ca_key",
         )
     }
     config = getattr(args, "config", None) or os.environ.get("EGRESS_CONFIG")
@@ -130,6 +172,15 @@ def _policy(args: argparse.Namespace) -> int:
             sys.stderr.write("usage: egress-gateway policy lint FILE [FILE ...] [--diff OLD NEW]\n")
             return EXIT_USAGE
         return commands.policy_lint(args.files, args.diff)
+    if args.policy_command == "suggest":
+        return commands.policy_suggest(
+            args.sources,
+            principal=args.principal,
+            since=args.since,
+            base_path=args.base,
+            output=args.output,
+            stdin=sys.stdin,
+        )
     if args.policy_command == "hash-token":
         return commands.policy_hash_token(sys.stdin)
     return _policy_token()
@@ -165,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         return commands.serve(settings)
     if args.command == "check":
-        return asyncio.run(commands.check(settings, args.url, args.principal))
+        return asyncio.run(commands.check(settings, args.url, args.principal, args.method))
     if args.command == "mcp":
         from gateway import mcp_commands as mcp_command  # noqa: PLC0415
 
@@ -174,6 +225,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(mcp_command.serve_stdio(settings, args.principal))
     if args.command == "redirect":
         return commands.redirect(settings, args.action, args.backend)
+    return _one_shot(args, settings)
+
+
+def _one_shot(args: argparse.Namespace, settings: Settings) -> int:
+    """The commands that do one thing and exit: the CA tools, fetch and search."""
+    if args.command == "ca":
+        if args.ca_command == "init":
+            return commands.ca_init(settings, args.days)
+        return commands.ca_export(settings, args.ca_out, args.bundle_out)
     if args.command == "fetch":
         return asyncio.run(commands.fetch_once(settings, args.url, args.max_chars))
     return asyncio.run(commands.search_once(settings, args.query, args.max_results))

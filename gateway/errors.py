@@ -39,6 +39,12 @@ class ErrorCode(StrEnum):
     DESTINATION_MISMATCH = "destination_mismatch"
     PROTOCOL_UNKNOWN = "protocol_unknown"
     AUDIT_UNAVAILABLE = "audit_unavailable"
+    # Issue 25: an inspected request whose Host or absolute authority is not the TLS name (fronting).
+    HOST_MISMATCH = "host_mismatch"
+    # Issue 25: an inspected host asked for a protocol interception does not speak (h2-only ALPN).
+    INSPECTION_UNSUPPORTED = "inspection_unsupported"
+    # Issue 25: the agent refused the gateway's certificate for an inspected host (CA not trusted).
+    TLS_UNTRUSTED = "tls_untrusted"
 
 
 HTTP_STATUS: dict[ErrorCode, int] = {
@@ -68,6 +74,9 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.DESTINATION_MISMATCH: 403,
     ErrorCode.PROTOCOL_UNKNOWN: 403,
     ErrorCode.AUDIT_UNAVAILABLE: 503,
+    ErrorCode.HOST_MISMATCH: 400,
+    ErrorCode.INSPECTION_UNSUPPORTED: 502,
+    ErrorCode.TLS_UNTRUSTED: 502,
 }
 
 # A retry can succeed without the caller changing anything.

@@ -287,7 +287,9 @@ class AuditLog:
         if decision == "deny" and code is not None:
             decision = verdict_of_failure(code, rule)
             outcome = outcome or outcome_for_code(code)
-            if code == ErrorCode.AUTH_REQUIRED:
+            # A forged or contradicted run token is a wrong credential too: guessing run tokens
+            # must show on the same counter (and alert) as guessing bearer tokens.
+            if code in (ErrorCode.AUTH_REQUIRED, ErrorCode.INVALID_RUN_TOKEN):
                 self._counter(metrics.AUTH_FAILURES, (kind,)).value += 1
         if rule is None and code is not None and decision in ("deny", "would_deny"):
             rule = rule_for_code(code)

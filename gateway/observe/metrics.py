@@ -174,7 +174,7 @@ LISTENER_REFUSED = Counter(
 # On the loop: an agent retrying with a wrong credential counts one per attempt.
 AUTH_FAILURES = LoopCounter(
     "egress_gateway_auth_failures_total",
-    "Requests refused for a missing or wrong credential, by kind.",
+    "Requests refused for a missing or wrong credential (bearer or run token), by kind.",
     ["kind"],
     registry=REGISTRY,
 )
@@ -201,6 +201,16 @@ TUNNEL_LIMIT_HITS = Counter(
     "egress_gateway_tunnel_limit_hits_total",
     "CONNECT requests refused by a tunnel limit, by scope (gateway, principal).",
     ["scope"],
+    registry=REGISTRY,
+)
+INSPECT_LEAF_MINTS = Counter(
+    "egress_gateway_inspect_leaf_mints_total",
+    "Leaf certificates minted for inspected hosts.",
+    registry=REGISTRY,
+)
+INSPECT_LEAF_CACHE = Gauge(
+    "egress_gateway_inspect_leaf_cache_hosts",
+    "Inspected hosts whose server TLS context is cached.",
     registry=REGISTRY,
 )
 BUILD_INFO = Gauge(

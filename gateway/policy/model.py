@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gateway.policy.request_rules import InspectEntry
 from gateway.vet.addresses import IPAddress, IPNetwork
 
 Mode = Literal["enforce", "report"]
@@ -119,6 +120,8 @@ class Principal:
     tools: ToolSwitches = field(default_factory=ToolSwitches)
     budgets: Budgets = field(default_factory=Budgets)
     mode: Mode | None = None
+    # Hosts whose requests are judged one by one (issue 25); first matching entry wins.
+    inspect: tuple[InspectEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +149,8 @@ class Defaults:
     literal_ips: Literal["deny", "allow"] = "deny"
     allow_cidrs: tuple[IPNetwork, ...] = ()
     deny_cidrs: tuple[IPNetwork, ...] = ()
+    # Inspect entries every principal has, after its own.
+    inspect: tuple[InspectEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

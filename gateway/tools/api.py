@@ -196,6 +196,45 @@ class ToolsApi:
         # A tool answer never leaves before its audit line is written.
         self._audit.flush()
 
+    def audit_refusal(self, kind: str, request: web.Request, error: GatewayError, context: CallContext | None) -> None:
+        """The line and counters of a request refused before any tool ran, as /v1 writes them.
+
+        /mcp refuses a bad bearer token (401) or run token (403) before it reads a message, and a
+        `_meta` run that contradicts the run token before the call starts: each gets the same
+        audit line and auth-failure count as the refusal on /v1, so guessing against /mcp is seen.
+        `kind` is the tool when the message named one, else `mcp`.
+        """
+        audit: dict[str, Any] = _request_fields(request)
+        if context is not None:
+            audit.update(
+                run=context.run_id or context.vouched.claimed_run,
+                step=context.step_id or context.vouched.claimed_step,
+                run_vouched=context.vouched.claims is not None,
+            )
+        principal = context.principal.name if context is not None else None
+        generation = context.loaded.generation if context is not None else self._policy_source().generation
+        if kind in ("fetch", "search"):
+            self._finish(
+                kind, principal=principal, generation=generation, started=time.perf_counter(), error=error, audit=audit
+            )
+            return
+        decision = verdict_of_failure(error.code, None)
+        metrics.DECISIONS.labels(kind=kind, decision=decision, code=error.code).inc()
+        self._audit.decision(
+            kind=kind,
+            principal=principal,
+            host=None,
+            port=None,
+            decision=decision,
+            outcome=outcome_for_code(error.code),
+            code=error.code,
+            reason=error.message,
+            generation=generation,
+            duration_s=0.0,
+            **audit,
+        )
+        self._audit.flush()
+
     async def call_tool(
         self, tool: Tool, context: CallContext, payload: Any, request: web.Request | None = None
     ) -> dict[str, Any]:

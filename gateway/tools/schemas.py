@@ -125,11 +125,13 @@ FETCH_RESULT: dict[str, Any] = {
         "content": {"type": "string"},
         "contentHash": {"type": "string", "pattern": SHA256_HEX_PATTERN},
         "offset": {"type": "integer", "minimum": 0},
-        "nextOffset": {"type": ["integer", "null"]},
+        # anyOf rather than a type array: some schema dialects (and validators built on them)
+        # refuse `"type": [..., "null"]`; a `{"type": "null"}` branch is read the same everywhere.
+        "nextOffset": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]},
         "totalChars": {"type": "integer", "minimum": 0},
         "truncated": {"type": "boolean"},
         "sourceTruncated": {"type": "boolean"},
-        "contentChanged": {"type": ["boolean", "null"]},
+        "contentChanged": {"anyOf": [{"type": "boolean"}, {"type": "null"}]},
         "links": {
             "type": "array",
             "items": {

@@ -12,6 +12,9 @@ from typing import Any
 from gateway.errors import ErrorCode, GatewayError
 from gateway.tools.schemas import Tool
 
+# Where a tool error carries the `/v1` error object (code, message, retryable, ...) for programs.
+ERROR_META_KEY = "egress-gateway/error"
+
 NEXT_STEP: dict[ErrorCode, str] = {
     ErrorCode.INVALID_INPUT: "fix the argument named in the reason and call again",
     ErrorCode.UNSAFE_URL: "use a plain public http(s) URL without credentials or secret parameters",
@@ -77,8 +80,13 @@ def tool_result(tool: Tool, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def tool_error(error: GatewayError) -> dict[str, Any]:
+    """A refusal as a tool error every client accepts: text for the model, the `/v1` error object
+    under `_meta` for programs. Never `structuredContent`: strict clients (the TypeScript SDK v1,
+    the MCP Inspector) validate it against the tool's `outputSchema` even on `isError` and reject
+    the whole result (-32602), so the model would never read the refusal; widening each output
+    schema to admit the error shape instead would make every client's typed result a union."""
     return {
         "content": [{"type": "text", "text": error_text(error)}],
-        "structuredContent": error.to_body(),
         "isError": True,
+        "_meta": {ERROR_META_KEY: error.to_body()["error"]},
     }
