@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: run demo test lint bench chart docs system-deps clean
+.PHONY: run demo test lint bench chart docs docs-ref system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || (apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV))
@@ -50,6 +50,11 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install -q --upgrade 'pip>=24'
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/extract.py --pages ../shared/fixtures/pages --snippets ../shared/fixtures/snippet-pages
+
+# The reference tables generated from the code (settings, CLI, error codes, metrics, audit
+# fields); tests/docs/test_generated_reference.py fails until the committed pages match.
+docs-ref: $(STAMP)
+	$(BIN)/python scripts/gen_docs_ref.py
 
 # The documentation site (optional, not part of `make test`): zensical reads mkdocs.yml and the
 # Markdown under docs/, and writes site/. Pinned so the site builds the same everywhere.

@@ -47,6 +47,7 @@ from gateway.tools.search.tool import SearchTool
 
 if TYPE_CHECKING:
     from gateway.dnsguard.server import DnsListener
+    from gateway.proxy.inspected import InspectService
     from gateway.transparent.listener import TransparentListener
 
 log = logging.getLogger("egress_gateway")
@@ -191,6 +192,7 @@ class Gateway:
     async def start(self) -> None:
         self.build_core()
         self.proxy = ProxyServer(self.core, self.audit)
+        self.proxy.inspection = self._inspection(self.proxy)
         await self.proxy.start(self.settings.proxy_listen.host, self.settings.proxy_listen.port)
         await self._start_interception()
         # Each listener has its own connection budget, sized from the raised open-files limit.
@@ -204,6 +206,30 @@ class Gateway:
         self._background.append(spawn(self._watch_policy_file(), name="policy-watch"))
         self._background.append(spawn(self._watch_store(), name="store-watch"))
         log.info("%s", self.startup_summary())
+
+    def _inspection(self, proxy: ProxyServer) -> InspectService | None:
+        """TLS interception when a CA is configured (issue 25). Without one, an inspected host is
+        refused (`inspection_unsupported`), never spliced: a bypass comes only from policy."""
+        settings = self.settings
+        if not settings.inspect_ca_cert or not settings.inspect_ca_key:
+            if any(p.inspect for p in self.policy.current.policy.principals.values()) or (
+                self.policy.current.policy.defaults.inspect
+            ):
+                log.warning(
+                    "the policy names inspect entries but no interception CA is configured "
+                    "(EGRESS_INSPECT_CA_CERT, EGRESS_INSPECT_CA_KEY): CONNECTs to those hosts are refused; "
+                    "plain HTTP to them is still judged"
+                )
+            return None
+        from pathlib import Path  # noqa: PLC0415
+
+        from gateway.inspect.authority import load_authority  # noqa: PLC0415
+        from gateway.inspect.leaves import LeafContexts  # noqa: PLC0415
+        from gateway.proxy.inspected import InspectService  # noqa: PLC0415
+
+        authority = load_authority(settings.inspect_ca_cert, settings.inspect_ca_key)
+        leaf_dir = Path(settings.inspect_leaf_dir) if settings.inspect_leaf_dir else None
+        return InspectService(proxy, LeafContexts(authority, leaf_dir), self.tls_trust)
 
     def startup_summary(self) -> str:
         """One line saying what is in force, for the operator reading the start-up log."""
@@ -247,6 +273,7 @@ class Gateway:
 
             http = TransparentHttp(self.proxy)
             self.transparent = TransparentListener(self.core, self.audit, self.proxy.tunnels, http)
+            self.transparent.inspection = self.proxy.inspection
             await self.transparent.start(self.settings.transparent_listen, uids)
         if self.settings.dns_listen:
             from gateway.dnsguard.server import DnsListener  # noqa: PLC0415

@@ -63,12 +63,16 @@ async def check(settings: Settings, url: str, principal_name: str | None, method
         sys.stderr.write("\n".join(exc.errors) + "\n")
         return EXIT_USAGE
     loaded = LoadedPolicy(policy, 1)
+    principal = policy.principals.get(principal_name) if principal_name else policy.default_principal
+    if principal is None:
+        # A name the policy does not have is a mistake in the command, not a denial (exit 2).
+        known = ", ".join(sorted(policy.principals)) or "none"
+        wanted = principal_name or "default"
+        sys.stderr.write(f"egress-gateway: no principal {wanted!r} in the policy (it has: {known})\n")
+        return EXIT_USAGE
     result: dict[str, object] = {"allowed": False, "code": None, "reason": "", "host": None, "addresses": []}
     resolver = Resolver(settings.nameservers, timeout_s=settings.dns_timeout_s)
     try:
-        principal = policy.principals.get(principal_name) if principal_name else policy.default_principal
-        if principal is None:
-            raise GatewayError(ErrorCode.POLICY_DENIED, f"no principal {principal_name or 'default'!r} in the policy")
         # The very checks web_fetch makes on its URL argument (secret query parameters included),
         # then the egress core's decision: check and /v1/fetch cannot disagree.
         vetted = vet_url_for(policy, url)
@@ -89,6 +93,8 @@ async def check(settings: Settings, url: str, principal_name: str | None, method
             result.update(allowed=True, reason=f"{vetted.host.name}:{vetted.port} allowed for {principal.name}")
     except GatewayError as exc:
         result.update(allowed=False, code=str(exc.code), reason=exc.message)
+        if exc.addresses:
+            result["addresses"] = list(exc.addresses)
         if result["host"] is None:
             result["host"] = _raw_host(url)
     finally:
@@ -159,14 +165,17 @@ async def _run_tool_once(settings: Settings, tool: str, payload: dict[str, objec
         await gateway.shutdown()
 
 
-async def fetch_once(settings: Settings, url: str, max_chars: int) -> int:
-    """Print one page as markdown (the content window), with where to continue."""
-    status, result = await _run_tool_once(settings, "fetch", {"url": url, "maxChars": max_chars})
+async def fetch_once(settings: Settings, url: str, max_chars: int, offset: int = 0) -> int:
+    """Print one page as markdown (the content window), with the command that reads on."""
+    status, result = await _run_tool_once(settings, "fetch", {"url": url, "maxChars": max_chars, "offset": offset})
     if status != EXIT_OK:
         return status
     sys.stdout.write(str(result["content"]) + "\n")
     if result["nextOffset"] is not None:
-        sys.stderr.write(f"(truncated: continue with offset {result['nextOffset']}, hash {result['contentHash']})\n")
+        sys.stderr.write(
+            f"(truncated at {result['nextOffset']} of {result['totalChars']} characters: read on with "
+            f"--offset {result['nextOffset']})\n"
+        )
     return EXIT_OK
 
 
@@ -185,7 +194,6 @@ def redirect(settings: Settings, action: str, backend: str) -> int:
     """Print, apply or remove the interception rules (nftables, or iptables where nft is missing)."""
     from gateway.redirect import apply as rules_apply  # noqa: PLC0415
     from gateway.redirect.plan import build_plan  # noqa: PLC0415
-    from gateway.redirect.rules import render_iptables, render_nft  # noqa: PLC0415
 
     try:
         if action == "remove":
@@ -199,14 +207,11 @@ def redirect(settings: Settings, action: str, backend: str) -> int:
             sys.stderr.write("\n".join(exc.errors) + "\n")
             return EXIT_INVALID
         plan = build_plan(settings, policy)
+        commands = rules_apply.install_commands(plan, backend)
         if action == "print":
-            if backend == "nftables":
-                sys.stdout.write(render_nft(plan))
-            else:
-                sys.stdout.write("# iptables-restore --noflush\n" + render_iptables(plan, 4))
-                sys.stdout.write("# ip6tables-restore --noflush\n" + render_iptables(plan, 6))
+            sys.stdout.write(rules_apply.as_shell(commands))
             return EXIT_OK
-        rules_apply.apply_nft(plan) if backend == "nftables" else rules_apply.apply_iptables(plan)
+        rules_apply.run_commands(commands)
     except GatewayError as exc:
         sys.stderr.write(f"egress-gateway: {exc.message}\n")
         return EXIT_INVALID if exc.code != ErrorCode.INVALID_INPUT else EXIT_USAGE

@@ -75,7 +75,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.PROTOCOL_UNKNOWN: 403,
     ErrorCode.AUDIT_UNAVAILABLE: 503,
     ErrorCode.HOST_MISMATCH: 400,
-    ErrorCode.INSPECTION_UNSUPPORTED: 502,
+    ErrorCode.INSPECTION_UNSUPPORTED: 501,
     ErrorCode.TLS_UNTRUSTED: 502,
 }
 
@@ -155,6 +155,8 @@ class GatewayError(Exception):
         # only, never in the response body (an agent is not told the policy's layout).
         self.rule = rule
         self.rule_pattern = rule_pattern
+        # The addresses a refused name resolved to (`check` prints them), never in a body.
+        self.addresses: tuple[str, ...] = ()
         super().__init__(f"{code}: {self.message}")
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -1,7 +1,7 @@
 """The JSON audit log: the line schema (version `audit_fields.SCHEMA_VERSION`), its builders, and fail-closed writing.
 
 Every line starts with `time` (RFC 3339 UTC with microseconds), `schema` and `event`; the fields
-are listed in the README's audit section and in `audit.schema.json` beside this module. Fields
+are listed in docs/reference/audit-log.md and in `audit.schema.json` beside this module. Fields
 are chosen for security review: who, what kind, which host and port, which addresses, the policy
 verdict (`decision`) apart from what then happened (`outcome`), the policy generation, durations
 and byte counts. Never a query string, never a search query, never a credential or key.

@@ -203,6 +203,20 @@ TUNNEL_LIMIT_HITS = Counter(
     ["scope"],
     registry=REGISTRY,
 )
+INSPECTED_REQUESTS = LoopCounter(
+    "egress_gateway_inspected_requests_total",
+    "Requests judged by inspect rules (inside terminated TLS, plain HTTP, web_fetch), by decision (allow, deny, "
+    "would_deny) and code (the refusal's code, `none` for allow).",
+    ["decision", "code"],
+    registry=REGISTRY,
+)
+INSPECT_HANDSHAKE_FAILURES = Counter(
+    "egress_gateway_inspect_handshake_failures_total",
+    "Terminations of an inspected host that failed before any request, by code (tls_untrusted, "
+    "inspection_unsupported, host_mismatch, invalid_input).",
+    ["code"],
+    registry=REGISTRY,
+)
 INSPECT_LEAF_MINTS = Counter(
     "egress_gateway_inspect_leaf_mints_total",
     "Leaf certificates minted for inspected hosts.",

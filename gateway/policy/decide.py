@@ -24,7 +24,7 @@ class Decision:
     code: ErrorCode | None
     reason: str
     # The rule that decided, for the audit line: `allow_domains[2]` and its pattern `*.github.com`
-    # (the README's audit section lists every rule name).
+    # (docs/reference/audit-log.md lists every rule name).
     rule: str | None = None
     pattern: str | None = None
 
@@ -163,7 +163,8 @@ def decide_addresses(
         if not verdict.allowed:
             return Decision.deny(
                 ErrorCode.BLOCKED_DESTINATION,
-                f"{host_name} resolves to {verdict.reason}",
+                # "NAME resolves to a denied address: 169.254.169.254 is in 169.254.0.0/16 (...)"
+                f"{host_name} resolves to a denied address: {verdict.reason}",
                 verdict.rule,
                 verdict.pattern,
             )

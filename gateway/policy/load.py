@@ -278,6 +278,9 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
 def load_policy_file(path: str | os.PathLike[str]) -> Policy:
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError([f"{path}:0: cannot read the policy file ({exc.__class__.__name__}: {exc})"]) from None
+    except OSError as exc:
+        # No line to point at: `file: reason`, in the OS's words ("No such file or directory").
+        raise PolicyError([f"{path}: cannot read the policy file: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise PolicyError([f"{path}: cannot read the policy file: not UTF-8 text (byte {exc.start})"]) from None
     return parse_policy(text, str(path))

@@ -150,7 +150,7 @@ class NodeReader:
             else:
                 choices = _CHOICES.get(key)
                 # YAML 1.1 reads an unquoted `off` (or `on`, `yes`, `no`) as a boolean; a choice
-                # written that way means the word, as the README writes it (`sni: off`).
+                # written that way means the word, as the policy reference writes it (`sni: off`).
                 if choices and isinstance(value_node, yaml.ScalarNode) and value_node.value in choices:
                     changes[key] = value_node.value
                     continue

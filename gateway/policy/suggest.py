@@ -33,7 +33,7 @@ from gateway.vet.addresses import AddressGuard, AddressVerdict, IPNetwork
 # Kinds whose lines carry a destination the principal's egress rules decided.
 _DESTINATION_KINDS = frozenset({"connect", "http", "transparent", "dns", "fetch", "inspect"})
 _TOOL_KINDS = frozenset({"fetch", "search"})
-# Rules of the address guard (README, audit log `rule` table): an address range or an internal
+# Rules of the address guard (docs/reference/audit-log.md, the `rule` table): an address range or an internal
 # name. Opening one is a decision to make on purpose (`internal_hosts`), never a suggestion.
 _GUARD_RULES = frozenset({"builtin_ranges", "builtin_names", "own_addresses", "address_guard"})
 INTERNAL_HOSTS_HINT = (

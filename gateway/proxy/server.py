@@ -20,7 +20,7 @@ import time
 
 from gateway.egress.target import EgressCore
 from gateway.observe.audit import AuditLog
-from gateway.proxy.client_connection import ClientConnection
+from gateway.proxy.client_connection import ClientConnection, Inspection
 from gateway.proxy.deadlines.wheel import DeadlineWheel
 from gateway.proxy.decision.caches import DecisionCaches
 from gateway.proxy.decision.live_permission import REVOKED_REASON, revocation
@@ -54,6 +54,8 @@ class ProxyServer:
         self._server: asyncio.AbstractServer | None = None
         self._quiet = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
+        # TLS interception for the hosts an `inspect` entry names (issue 25); None without a CA.
+        self.inspection: Inspection | None = None
 
     @property
     def port(self) -> int:
@@ -127,4 +129,6 @@ class ProxyServer:
         self.tunnels.cancel_dials()
         await asyncio.sleep(0)
         self.pool.close()
+        if self.inspection is not None:
+            self.inspection.close()
         self.wheel.close()

@@ -126,6 +126,7 @@ class _PortServer(ProxyServer):
         self._quiet = asyncio.Event()
         self.loop = proxy.loop
         self.wheel = proxy.wheel
+        self.inspection = proxy.inspection
 
 
 class TransparentHttp(HttpHandOver):

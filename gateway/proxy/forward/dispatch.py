@@ -19,6 +19,7 @@ from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
+from gateway.policy.inspect_decide import RequestFacts, decide_request
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.decision.caches import (
     MAX_CACHED_TARGETS,
@@ -126,6 +127,10 @@ class ForwardDispatcher:
         target: PinnedTarget,
         loaded: LoadedPolicy,
     ) -> None:
+        if (principal.inspect or loaded.policy.defaults.inspect) and not self.judge_plain(
+            exchange, principal, forward, loaded
+        ):
+            return
         exchange.principal = principal.name
         exchange.principal_rule = principal
         exchange.target = target
@@ -164,6 +169,40 @@ class ForwardDispatcher:
             spawn(self._send_on_fresh_connection(exchange, head, settings.connect_timeout_s), name="proxy-dial")
             return
         upstream.start(exchange, head)
+
+    def judge_plain(
+        self, exchange: ForwardExchange, principal: Principal, forward: ForwardTarget, loaded: LoadedPolicy
+    ) -> bool:
+        """The inspect rules on a plain HTTP request to a host an entry names (issue 25): the
+        same decision as inside terminated TLS. False when it is refused (answered here)."""
+        facts = RequestFacts(
+            forward.host.name,
+            forward.port,
+            False,
+            self.caches.method_name(exchange.method),
+            forward.origin_form.decode("latin-1"),
+            tuple((name.decode("latin-1"), value.decode("latin-1")) for name, value in exchange.headers),
+        )
+        verdict = decide_request(loaded.policy, principal, facts)
+        if not verdict.inspected:
+            return True
+        metrics.INSPECTED_REQUESTS.labels(verdict.verdict, str(verdict.code or "none")).inc()
+        if verdict.verdict != "deny":
+            return True
+        error = verdict.refusal()
+        self.records.record_deny(
+            "http",
+            principal.name,
+            forward.host.name,
+            forward.port,
+            error=error,
+            generation=loaded.generation,
+            client=exchange.client.audit_fields,
+            method=facts.method,
+            path=verdict.path,
+        )
+        exchange.client.refuse_exchange(exchange, error)
+        return False
 
     def _audit_path(self, origin_form: bytes) -> str | None:
         path = self.records.audit.http_path(origin_form)

@@ -47,6 +47,11 @@ def error_text(error: GatewayError) -> str:
     return f"Refused: {error.code}: {error.message}{retry}\nWhat to do next: {next_step}."
 
 
+def _removed_line(result: dict[str, Any]) -> list[str]:
+    removed = result.get("controlCharsRemoved") or 0
+    return [f"[{removed} control or hidden characters were removed from this result.]"] if removed else []
+
+
 def search_text(result: dict[str, Any]) -> str:
     rows = result.get("results") or []
     lines = [f"Search results for {result.get('query', '')!r} ({len(rows)} from {result.get('provider', '?')}):", ""]
@@ -54,7 +59,7 @@ def search_text(result: dict[str, Any]) -> str:
         lines += [f"{index}. {hit.get('title', '')}", f"   {hit.get('url', '')}", f"   {hit.get('snippet', '')}"]
     if not rows:
         lines.append("No results.")
-    lines += ["", "Read a result with web_fetch.", str(result.get("notice", ""))]
+    lines += ["", *_removed_line(result), "Read a result with web_fetch.", str(result.get("notice", ""))]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -71,7 +76,8 @@ def fetch_text(result: dict[str, Any]) -> str:
         )
     else:
         tail = f"[Characters {offset}-{end} of {total}: end of the page.]"
-    return f"{head}\n{content}\n\n{tail}\n{result.get('notice', '')}".rstrip() + "\n"
+    removed = "".join(f"{line}\n" for line in _removed_line(result))
+    return f"{head}\n{content}\n\n{tail}\n{removed}{result.get('notice', '')}".rstrip() + "\n"
 
 
 def tool_result(tool: Tool, result: dict[str, Any]) -> dict[str, Any]:
