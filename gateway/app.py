@@ -20,6 +20,8 @@ from aiohttp import web
 
 from gateway import __version__
 from gateway.budget import BudgetStore, open_store
+from gateway.credentials.guard import OutboundGuard
+from gateway.credentials.store import SecretStore
 from gateway.egress.client import GuardedClient
 from gateway.egress.connect import TlsTrust
 from gateway.egress.own_addresses import own_addresses
@@ -104,6 +106,11 @@ class Gateway:
         self.policy_sha256 = policy_file_sha256(settings.policy_path)
         metrics.set_build_info(self.policy_sha256)
         self.audit = _open_audit(settings)
+        # The credentials the gateway holds for its agents, and the outbound scan (issue 26).
+        # A placeholder key that cannot be read stops the start here, as a bad policy does.
+        self.secrets = SecretStore(settings.secret_env)
+        self.secrets.load(self.policy.current.policy.credentials)
+        self.guard = OutboundGuard(self.secrets, self.audit)
         self.store: BudgetStore = open_store(
             settings.redis_url, ca_bundle=settings.redis_ca_bundle, min_replicas=settings.redis_min_replicas
         )
@@ -129,12 +136,20 @@ class Gateway:
         metrics.POLICY_RELOADS.labels(outcome="success" if ok else "failure").inc()
         metrics.POLICY_GENERATION.set(generation)
         if ok:
+            self._reload_secrets()
             self.policy_sha256 = policy_file_sha256(self.settings.policy_path)
             metrics.set_build_info(self.policy_sha256)
             if self.proxy is not None:
                 self.proxy.policy_reloaded()  # live permission: close what the new policy denies
             if self.transparent is not None:
                 self.transparent.revalidate(self.policy.current)
+
+    def _reload_secrets(self) -> None:
+        try:
+            self.secrets.load(self.policy.current.policy.credentials)
+        except GatewayError as exc:
+            # The policy in force changed; its credentials keep the last readable key's snapshot.
+            log.error("credentials not reloaded: %s", exc.message)
 
     def readiness(self) -> tuple[bool, dict[str, bool]]:
         """Proxy readiness: the store is not part of it (a Redis outage fails tool calls closed but
@@ -191,7 +206,11 @@ class Gateway:
 
     async def start(self) -> None:
         self.build_core()
-        self.proxy = ProxyServer(self.core, self.audit)
+        # Proven writable before any listener takes traffic: a first line written and flushed
+        # now. On a full disk or a dead mount it fails here, so /readyz says `audit_writable:
+        # false` and (on_failure deny) the first request is refused, never allowed unaudited.
+        self.audit.started(self.policy.current.generation)
+        self.proxy = ProxyServer(self.core, self.audit, self.guard)
         self.proxy.inspection = self._inspection(self.proxy)
         await self.proxy.start(self.settings.proxy_listen.host, self.settings.proxy_listen.port)
         await self._start_interception()
@@ -280,7 +299,7 @@ class Gateway:
             from gateway.dnsguard.upstream import Upstream  # noqa: PLC0415
 
             upstream = Upstream(self.settings.nameservers, self.settings.dns_timeout_s)
-            self.dns = DnsListener(self.core, self.audit, upstream)
+            self.dns = DnsListener(self.core, self.audit, upstream, self.guard)
             await self.dns.start(self.settings.dns_listen, uids)
 
     def tools_api(self) -> ToolsApi:
@@ -295,6 +314,7 @@ class Gateway:
             FetchTool(self.client, self.extraction, robots, reader),
             SearchTool(self.client, self.store, settings),
             self.audit,
+            guard=self.guard,
         )
 
     async def _watch_policy_file(self) -> None:
@@ -303,6 +323,8 @@ class Gateway:
         while True:
             await asyncio.sleep(POLICY_POLL_INTERVAL_S)
             self.policy.poll()
+            # A rotated credential file (a Secret's ..data swap) is read again: no restart.
+            self.secrets.poll()
 
     async def _watch_store(self) -> None:
         while True:

@@ -12,6 +12,7 @@ import os
 import secrets
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from gateway import __version__, commands
 from gateway.commands import EXIT_OK, EXIT_USAGE
@@ -116,6 +117,19 @@ def _add_check_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     check.add_argument("url", help="the URL to decide, as web_fetch would vet it")
 
 
+def _add_credentials_parser(commands: Any) -> None:
+    credentials = commands.add_parser("credentials", help="brokered credentials: placeholders and the key")
+    credential_commands = credentials.add_subparsers(dest="credentials_command", required=True)
+    placeholders = credential_commands.add_parser(
+        "placeholders", help="print each credential's placeholder for the agent's environment"
+    )
+    _add_settings_flags(placeholders)
+    placeholders.add_argument(
+        "--format", choices=("env", "json"), default="env", help="VAR=placeholder lines (env) or a JSON object"
+    )
+    credential_commands.add_parser("key", help="print a new random placeholder key (store it as a Secret)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="egress-gateway", description="The egress gateway for AI agents.")
     parser.add_argument("--version", action="version", version=f"egress-gateway {__version__}")
@@ -158,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     policy_commands.add_parser("token", help="print a new token and its token_sha256 line")
     policy_commands.add_parser("hash-token", help="read a token on stdin, print its token_sha256 line")
 
+    _add_credentials_parser(commands)
     fetch = commands.add_parser("fetch", help="fetch one page as markdown")
     _add_settings_flags(fetch)
     fetch.add_argument("url", help="the page to fetch")
@@ -227,6 +242,10 @@ def _without_settings(args: argparse.Namespace) -> int:
         from gateway.mcp_commands import print_tools  # noqa: PLC0415
 
         return print_tools(args.format)
+    if args.command == "credentials":
+        # 48 random bytes: the placeholder key needs at least 32 (`credentials/placeholders.py`).
+        sys.stdout.write(secrets.token_urlsafe(48) + "\n")
+        return EXIT_OK
     return _policy(args)
 
 
@@ -285,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
-    if args.command in ("policy", "tools"):
+    if args.command in ("policy", "tools") or (args.command == "credentials" and args.credentials_command == "key"):
         return _without_settings(args)
     try:
         settings = _settings_from(args)
@@ -323,7 +342,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_shot(args: argparse.Namespace, settings: Settings) -> int:
-    """The commands that do one thing and exit: the CA tools, fetch and search."""
+    """The commands that do one thing and exit: the CA tools, placeholders, fetch and search."""
+    if args.command == "credentials":
+        return commands.credential_placeholders(settings, args.format)
     if args.command == "ca":
         if args.ca_command == "init":
             return commands.ca_init(settings, args.days)

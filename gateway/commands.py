@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 import orjson
 import yarl
 
+from gateway.credentials.store import SecretStore
 from gateway.errors import ErrorCode, GatewayError
-from gateway.policy.load import PolicyError
+from gateway.policy.load import PolicyError, load_policy_file
 from gateway.settings import Settings
 
 if TYPE_CHECKING:
@@ -247,6 +248,28 @@ def policy_lint(paths: list[str], diff: list[str] | None) -> int:
         for line in changes:
             sys.stdout.write(f"  {line}\n")
     return status
+
+
+def credential_placeholders(settings: Settings, output: str) -> int:
+    """Print every credential's placeholder, as `VARIABLE=placeholder` lines for the agent's
+    environment or as JSON. Reads the policy and the placeholder key, never prints a real value."""
+    try:
+        policy = load_policy_file(settings.policy_path)
+        store = SecretStore(settings.secret_env)
+        store.load(policy.credentials)
+    except PolicyError as exc:
+        sys.stderr.write("\n".join(exc.errors) + "\n")
+        return 1
+    except GatewayError as exc:
+        sys.stderr.write(f"egress-gateway: {exc.message}\n")
+        return 1
+    pairs = store.placeholders()
+    if output == "json":
+        _emit({rule.name: {"env": rule.agent_variable, "placeholder": placeholder} for rule, placeholder in pairs})
+        return 0
+    for rule, placeholder in pairs:
+        sys.stdout.write(f"{rule.agent_variable}={placeholder}\n")
+    return 0
 
 
 def ca_init(settings: Settings, days: int) -> int:

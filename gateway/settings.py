@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, ItemsView, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -99,6 +100,9 @@ class Settings:
     extract_workers: int = 1
     extract_idle_exit_s: float = 60.0
     audit_http_paths: bool = True
+    # The gateway's whole environment, for credential sources of kind `env` (the policy names the
+    # variables, so they are not known here). Never printed: `__repr__` leaves it out.
+    secret_env: Mapping[str, str] = field(default_factory=dict)
     # Inspection (issue 25): the interception CA (a file or a mounted Secret) and where leaf files
     # live for the instant `load_cert_chain` reads them (default: a fresh 0700 temporary directory).
     inspect_ca_cert: str | None = None
@@ -429,6 +433,7 @@ def _build(env: Mapping[str, str], flags: Mapping[str, str | None]) -> Settings:
         extract_workers=int(_number(env.get("EGRESS_EXTRACT_WORKERS"), "EGRESS_EXTRACT_WORKERS", 1, integer=True)),
         extract_idle_exit_s=_number(env.get("EGRESS_EXTRACT_IDLE_EXIT_S"), "EGRESS_EXTRACT_IDLE_EXIT_S", 60.0),
         audit_http_paths=_switch(env.get("EGRESS_AUDIT_HTTP_PATHS"), "EGRESS_AUDIT_HTTP_PATHS", default=True),
+        secret_env=MappingProxyType(dict(env.items())),
         inspect_ca_cert=pick("inspect_ca_cert", "EGRESS_INSPECT_CA_CERT"),
         inspect_ca_key=pick("inspect_ca_key", "EGRESS_INSPECT_CA_KEY"),
         inspect_leaf_dir=env.get("EGRESS_INSPECT_LEAF_DIR") or None,

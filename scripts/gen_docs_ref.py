@@ -335,6 +335,11 @@ ERROR_MEANINGS: dict[str, str] = {
     "(an HTTP/2-only ALPN)",
     "tls_untrusted": "the agent refused the gateway's certificate for an inspected host (the interception CA "
     "is not trusted)",
+    "credential_misuse": "a credential placeholder outside its binding (URL, header, body window, `web_fetch` URL, "
+    "`web_search` query, DNS name), or a held secret's real value in an outbound request "
+    "([credentials](../guides/credentials.md))",
+    "secret_detected": "the outbound scanner found a token format whose tier's action is `deny`; the audit line "
+    "names the rule, never the text ([secret scanning](../guides/secret-scanning.md))",
 }
 
 
@@ -485,6 +490,21 @@ AUDIT_FIELDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("dropped", "failed_for_s"): (
         "`audit_resumed`",
         "lines lost while the destination failed (held lines are written, not lost) and for how long",
+    ),
+    ("action",): (
+        "`security` lines",
+        "`deny` (refused), `report` (allowed, findings noted), `inject` (a credential's value was injected), "
+        "`scrub` (a value in a bound host's response was replaced by its placeholder)",
+    ),
+    ("findings",): (
+        "`security` deny and report lines",
+        "each finding's `rule`, `tier`, `where` (`url`, `header`, `body`, `query`, `dns`), `header`, `offset` and, "
+        "for tier 1, `credential`; never the matched text ([secret scanning](../guides/secret-scanning.md))",
+    ),
+    ("credential", "injected_into", "scrubbed"): (
+        "`security` inject and scrub lines",
+        "the credential's name (never its value or placeholder), the header the value went into, how many "
+        "occurrences were replaced ([credentials](../guides/credentials.md))",
     ),
 }
 

@@ -203,6 +203,34 @@ TUNNEL_LIMIT_HITS = Counter(
     ["scope"],
     registry=REGISTRY,
 )
+SCAN_FINDINGS = Counter(
+    "egress_gateway_scan_findings_total",
+    "Outbound secret-scanner findings by tier (1 held values and placeholders, 2 token formats, 3 broader), "
+    "action taken (deny, report) and where they were found (url, header, body, query, dns).",
+    ["tier", "action", "where"],
+    registry=REGISTRY,
+)
+SCAN_SKIPPED_BYTES = Counter(
+    "egress_gateway_scan_unscanned_bodies_total",
+    "Request bodies the scanner stopped reading at its window (the rest was sent unscanned), by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+# Credential names are never labels (a policy may list hundreds, and a name says what an agent
+# can reach): injections and scrubs are counted by how, the audit line names which.
+CREDENTIAL_INJECTIONS = Counter(
+    "egress_gateway_credential_injections_total",
+    "Real credential values injected into inspected requests, by injection kind (bearer, basic, header).",
+    ["inject"],
+    registry=REGISTRY,
+)
+CREDENTIAL_SCRUBS = Counter(
+    "egress_gateway_credential_scrubs_total",
+    "Real credential values replaced by their placeholder in responses of bound hosts (head and body window), "
+    "by where (response).",
+    ["where"],
+    registry=REGISTRY,
+)
 INSPECTED_REQUESTS = LoopCounter(
     "egress_gateway_inspected_requests_total",
     "Requests judged by inspect rules (inside terminated TLS, plain HTTP, web_fetch), by decision (allow, deny, "

@@ -25,6 +25,8 @@ POLICY_CODES: frozenset[str] = frozenset(
         ErrorCode.INVALID_RUN_TOKEN,
         "destination_mismatch",
         "protocol_unknown",
+        ErrorCode.CREDENTIAL_MISUSE,
+        ErrorCode.SECRET_DETECTED,
     }
 )
 # What happened after the verdict, by error code (anything unlisted is `error`).
@@ -74,6 +76,8 @@ _RULE_BY_CODE: dict[str, str] = {
     ErrorCode.INVALID_RUN_TOKEN: "run_tokens",
     ErrorCode.DESTINATION_MISMATCH: "transparent.destination",
     ErrorCode.PROTOCOL_UNKNOWN: "transparent.raw_tcp",
+    ErrorCode.CREDENTIAL_MISUSE: "credentials",
+    ErrorCode.SECRET_DETECTED: "scan",
 }
 OUTCOMES: frozenset[str] = frozenset(
     {"ok", "denied", "error", "limit", "shutdown", "audit_unavailable"}

@@ -16,9 +16,11 @@ from typing import Any, TypeVar
 
 import yaml
 
+from gateway.policy.credentials import parse_credentials, parse_scan
 from gateway.policy.inspect_load import parse_inspect
 from gateway.policy.model import (
     Budgets,
+    CredentialSettings,
     Defaults,
     EgressRule,
     FetchSettings,
@@ -78,7 +80,7 @@ def _tool_budget(reader: NodeReader, node: yaml.Node, where: str, base: ToolLimi
 
 def _principal(reader: NodeReader, name: str, node: yaml.Node) -> Principal:
     where = f"principals.{name}"
-    items = reader.mapping(node, where, {"token_sha256", "egress", "tools", "budgets", "mode", "inspect"})
+    items = reader.mapping(node, where, {"token_sha256", "egress", "tools", "budgets", "mode", "inspect", "scan"})
     principal = Principal(name=name)
     token = None
     if "token_sha256" in items:
@@ -140,6 +142,7 @@ def _principal(reader: NodeReader, name: str, node: yaml.Node) -> Principal:
             else budgets.fetch,
         )
     mode = reader.choice(items["mode"], f"{where}.mode", ("enforce", "report")) if "mode" in items else None
+    scan = parse_scan(reader, items["scan"], f"{where}.scan") if "scan" in items else None
     inspect = parse_inspect(reader, items["inspect"], f"{where}.inspect", "inspect") if "inspect" in items else ()
     return replace(
         principal,
@@ -149,6 +152,7 @@ def _principal(reader: NodeReader, name: str, node: yaml.Node) -> Principal:
         budgets=budgets,
         mode=mode,  # type: ignore[arg-type]
         inspect=inspect,
+        scan=scan,
     )
 
 
@@ -185,7 +189,9 @@ def _orchestrators(reader: NodeReader, node: yaml.Node, principals: dict[str, Pr
 
 
 def _defaults(reader: NodeReader, node: yaml.Node) -> Defaults:
-    items = reader.mapping(node, "defaults", {"mode", "ports", "literal_ips", "allow_cidrs", "deny_cidrs", "inspect"})
+    items = reader.mapping(
+        node, "defaults", {"mode", "ports", "literal_ips", "allow_cidrs", "deny_cidrs", "inspect", "scan"}
+    )
     defaults = Defaults()
     changes: dict[str, Any] = {}
     if "mode" in items:
@@ -203,6 +209,8 @@ def _defaults(reader: NodeReader, node: yaml.Node) -> Defaults:
         changes["allow_cidrs"] = reader.cidrs(items["allow_cidrs"], "defaults.allow_cidrs")
     if "deny_cidrs" in items:
         changes["deny_cidrs"] = reader.cidrs(items["deny_cidrs"], "defaults.deny_cidrs")
+    if "scan" in items:
+        changes["scan"] = parse_scan(reader, items["scan"], "defaults.scan")
     if "inspect" in items:
         changes["inspect"] = parse_inspect(reader, items["inspect"], "defaults.inspect", "defaults.inspect")
     return replace(defaults, **{k: v for k, v in changes.items() if v is not None})
@@ -232,7 +240,17 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     top = reader.mapping(
         root,
         "policy",
-        {"version", "defaults", "principals", "fetch", "search", "proxy", "transparent", "orchestrators"},
+        {
+            "version",
+            "defaults",
+            "principals",
+            "fetch",
+            "search",
+            "proxy",
+            "transparent",
+            "orchestrators",
+            "credentials",
+        },
     )
     version = reader.integer(top["version"], "version", 1, 1) if "version" in top else None
     if "version" not in top:
@@ -259,6 +277,9 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     transparent = (
         parse_transparent(reader, top["transparent"], principals) if "transparent" in top else TransparentSettings()
     )
+    credentials = (
+        parse_credentials(reader, top["credentials"], principals) if "credentials" in top else CredentialSettings()
+    )
     if reader.errors:
         raise PolicyError(reader.errors)
     assert version is not None
@@ -272,6 +293,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         source,
         transparent=transparent,
         orchestrators=orchestrators,
+        credentials=credentials,
     )
 
 

@@ -62,6 +62,7 @@ class Inspection(Protocol):
         port: int,
         early: bytes,
         audit_fields: Mapping[str, Any],
+        preface: bytes = b"",
     ) -> None: ...
 
     def close(self) -> None: ...
@@ -357,7 +358,8 @@ class ClientConnection(asyncio.Protocol):
         except GatewayError as error:
             self._answer_and_close(error)
             return
-        if request.principal.inspect or request.loaded.policy.defaults.inspect:
+        policy = request.loaded.policy
+        if request.principal.inspect or policy.defaults.inspect or policy.credentials.entries:
             loaded, principal = request.loaded, request.principal
             if inspects_host(loaded.policy, principal, request.host.name, request.port, tls=True):
                 self._begin_inspection(request, head.rest)
@@ -422,7 +424,7 @@ class ClientConnection(asyncio.Protocol):
         assert request.target is not None
         self.server.records.record_allow("connect", request.principal, request.target, client=self.audit_fields)
         conn = self.audit_fields.get("conn")
-        self.transport.write(
+        established = (
             b"HTTP/1.1 200 Connection Established\r\n"
             + (b"X-Egress-Id: " + conn.encode("ascii") + b"\r\n" if isinstance(conn, str) else b"")
             + b"\r\n"
@@ -442,6 +444,7 @@ class ClientConnection(asyncio.Protocol):
             port=request.port,
             early=early,
             audit_fields=self.audit_fields,
+            preface=established,
         )
 
     async def _resolve_then_dial(self, request: TunnelRequest) -> None:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.credentials.guard import OutboundGuard
 from gateway.egress.connect import TlsTrust, open_pinned_connection
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
@@ -133,15 +134,21 @@ class InspectRecords(DecisionRecords):
 class InspectDispatcher(ForwardDispatcher):
     """Judges each request by the inspect rules, then sends it over TLS to the pinned address."""
 
+    # Requests inside terminated TLS: a credential's binding (https only) can hold for them.
+    outbound_scheme = "https"
+    outbound_kind = KIND
+
     def __init__(
         self,
         core: EgressCore,
         caches: DecisionCaches,
         records: DecisionRecords,
         pool: UpstreamPool[UpstreamConnection],
+        *,
         trust: TlsTrust,
+        guard: OutboundGuard | None = None,
     ) -> None:
-        super().__init__(core, caches, records, pool)
+        super().__init__(core, caches, records, pool, guard)
         self.trust = trust
 
     def start(self, exchange: ForwardExchange) -> None:
@@ -280,7 +287,9 @@ class InspectServer(ProxyServer):
         # Apart from the plain HTTP pool: a TLS connection is never reused for plain HTTP.
         self.pool = UpstreamPool(proxy.wheel)
         self.tunnels = proxy.tunnels
-        self.dispatcher = InspectDispatcher(proxy.core, self.caches, self.records, self.pool, trust)
+        self.dispatcher = InspectDispatcher(
+            proxy.core, self.caches, self.records, self.pool, trust=trust, guard=proxy.dispatcher.guard
+        )
         self.draining = False
         self.connections = set()
         self._server = None
@@ -302,9 +311,13 @@ class TlsBridge(asyncio.Protocol):
         host: str,
         port: int,
         audit_fields: Mapping[str, Any],
+        preface: bytes = b"",
     ) -> None:
         self.service = service
         self.raw = raw
+        # The CONNECT's 200, sent with the server's first flight when the ClientHello came with
+        # the CONNECT head (one write instead of two).
+        self._preface = preface
         self.principal = principal
         self.host = host
         self.port = port
@@ -362,8 +375,13 @@ class TlsBridge(asyncio.Protocol):
             client.transport.close()
 
     def _send(self, records: bytes) -> None:
+        if self._preface:
+            records, self._preface = self._preface + records, b""
         if records and not self.raw.is_closing():
             self.raw.write(records)
+
+    def flush_preface(self) -> None:
+        self._send(b"")
 
     def _start_client(self, terminator: TlsTerminator) -> None:
         if self._timer is not None:
@@ -386,6 +404,7 @@ class TlsBridge(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self.flush_preface()
         self.service.handshake_failed(self.principal, self.host, self.port, error, self.audit_fields)
         self.raw.close()
 
@@ -427,14 +446,19 @@ class InspectService:
         port: int,
         early: bytes,
         audit_fields: Mapping[str, Any],
+        preface: bytes = b"",
     ) -> None:
-        """Terminate TLS on `raw` (whose bytes so far, after the CONNECT head, are `early`)."""
+        """Terminate TLS on `raw` (whose bytes so far, after the CONNECT head, are `early`);
+        `preface` (a CONNECT's 200) goes out first, with the handshake's first flight if it can."""
         if self.server.loop is None:
             self.server.loop = asyncio.get_running_loop()
-        bridge = TlsBridge(self, raw, principal=principal, host=host, port=port, audit_fields=audit_fields)
+        bridge = TlsBridge(
+            self, raw, principal=principal, host=host, port=port, audit_fields=audit_fields, preface=preface
+        )
         raw.set_protocol(bridge)
         if early:
             bridge.data_received(early)
+        bridge.flush_preface()
 
     def handshake_failed(
         self, principal: str, host: str, port: int, error: GatewayError, audit_fields: Mapping[str, Any]

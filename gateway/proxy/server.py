@@ -18,6 +18,7 @@ import asyncio
 import functools
 import time
 
+from gateway.credentials.guard import OutboundGuard
 from gateway.egress.target import EgressCore
 from gateway.observe.audit import AuditLog
 from gateway.proxy.client_connection import ClientConnection, Inspection
@@ -37,7 +38,7 @@ DRAIN_POLL_S = 0.05
 class ProxyServer:
     """The listener and the state shared by its connections: decisions, pool, tunnels."""
 
-    def __init__(self, core: EgressCore, audit: AuditLog) -> None:
+    def __init__(self, core: EgressCore, audit: AuditLog, guard: OutboundGuard | None = None) -> None:
         self.core = core
         self.audit = audit
         # One timer for the deadlines of every connection, tunnel and upstream of this listener.
@@ -48,7 +49,7 @@ class ProxyServer:
         self.tunnels = TunnelOpener(
             core, self.caches, self.records, audit, on_closed=self.activity_ended, wheel=self.wheel
         )
-        self.dispatcher = ForwardDispatcher(core, self.caches, self.records, self.pool)
+        self.dispatcher = ForwardDispatcher(core, self.caches, self.records, self.pool, guard)
         self.draining = False
         self.connections: set[ClientConnection] = set()
         self._server: asyncio.AbstractServer | None = None

@@ -119,7 +119,7 @@ class _PortServer(ProxyServer):
         self.records = DecisionRecords(proxy.audit, kind=KIND)
         self.pool = proxy.pool
         self.tunnels = proxy.tunnels
-        self.dispatcher = _StrictDispatcher(proxy.core, self.caches, self.records, proxy.pool)
+        self.dispatcher = _StrictDispatcher(proxy.core, self.caches, self.records, proxy.pool, proxy.dispatcher.guard)
         self.draining = False
         self.connections = set()
         self._server = None

@@ -2,11 +2,12 @@
 
 The policy page is written by hand (its keys need more words than a table generated from the
 code could give them), so it is checked against the loader instead: a policy that uses every
-section is parsed with the loader's `mapping` calls recorded, which gives each section's allowed
-key set exactly as the loader holds it (`version`, `defaults`, ... at the top; `egress`, `tools`,
-`budgets`, ... per principal; the `fetch`/`search`/`proxy` dataclass fields). Each key must appear
-in backticks in the page's section for that part of the file. Budget keys are described in the
-principals section and in concepts/budgets.md.
+section (inspect entries and their rules, scan, credentials included) is parsed with the loader's
+`mapping` calls recorded, which gives each section's allowed key set exactly as the loader holds
+it (`version`, `defaults`, ... at the top; `egress`, `tools`, `budgets`, ... per principal; the
+`fetch`/`search`/`proxy` dataclass fields). Each key must appear in backticks in the page's
+section for that part of the file. A part of the file the loader reads and this test does not map
+fails the test, so a new section gets a place on the page.
 """
 
 from __future__ import annotations
@@ -26,11 +27,28 @@ PAGE = ROOT / "docs" / "reference" / "policy.md"
 TOKEN_A = "a" * 64
 TOKEN_B = "b" * 64
 
-# A policy touching every section the loader reads (inspection's request rules have a page of
-# their own; the `inspect` key itself must still be named where it may appear).
+# A policy touching every section the loader reads, with every optional key of each where the
+# loader's key sets are otherwise only recorded when the section is present.
+INSPECT_ENTRY = {
+    "host": "example.org",
+    "ports": [443],
+    "access": "read-only",
+    "mode": "report",
+    "allow": [{"id": "r1", "methods": ["GET"], "paths": ["/a"], "query": {"q": True}, "headers": {"x-a": True}}],
+    "deny": [{"paths": ["/b"]}],
+}
+SCAN = {"tier1": "deny", "tier2": "deny", "tier3": "report", "body_window_bytes": 1024}
 EVERY_SECTION = {
     "version": 1,
-    "defaults": {"mode": "enforce", "ports": [443], "literal_ips": "deny", "allow_cidrs": [], "deny_cidrs": []},
+    "defaults": {
+        "mode": "enforce",
+        "ports": [443],
+        "literal_ips": "deny",
+        "allow_cidrs": [],
+        "deny_cidrs": [],
+        "inspect": [{"host": "example.com", "access": "full"}],
+        "scan": {"tier3": "off"},
+    },
     "principals": {
         "agent": {
             "token_sha256": TOKEN_A,
@@ -42,6 +60,8 @@ EVERY_SECTION = {
             },
             "tools": {"search": True, "fetch": True},
             "budgets": {"search": {"per_step": 1}, "fetch": {"per_run": 2}},
+            "inspect": [INSPECT_ENTRY],
+            "scan": SCAN,
         }
     },
     "fetch": {"max_redirects": 2},
@@ -49,27 +69,48 @@ EVERY_SECTION = {
     "proxy": {"sni": "require"},
     "transparent": {"principals": {1000: "agent"}, "default_principal": "agent", "dns": {"denied_answer": "nxdomain"}},
     "orchestrators": {"runner": {"token_sha256": TOKEN_B, "principals": ["agent"], "max_ttl_s": 60}},
+    "credentials": {
+        "placeholder_key": {"env": "EGRESS_PLACEHOLDER_KEY"},
+        "entries": [
+            {
+                "name": "gh",
+                "source": {"file": "/nonexistent/gh-token"},
+                "inject": {"basic": "user"},
+                "bind": {
+                    "hosts": ["api.github.com"],
+                    "ports": [443],
+                    "methods": ["GET"],
+                    "paths": ["/**"],
+                    "principals": ["agent"],
+                },
+                "require": False,
+                "placeholder": {"prefix": "ghp_", "length": 40},
+                "agent_env": "GH_TOKEN",
+            }
+        ],
+    },
 }
 
-# The loader's name for a part of the file → the page's heading for it.
-SECTIONS = {
-    "policy": "Top level",
-    "defaults": "`defaults`",
-    "principals.agent": "`principals.<name>`",
-    "principals.agent.egress": "`principals.<name>`",
-    "principals.agent.egress.internal_hosts[]": "`principals.<name>`",
-    "principals.agent.tools": "`principals.<name>`",
-    "principals.agent.budgets": "`principals.<name>`",
-    "principals.agent.budgets.search": "`principals.<name>`",
-    "principals.agent.budgets.fetch": "`principals.<name>`",
-    "fetch": "`fetch`",
-    "search": "`search`",
-    "proxy": "`proxy`",
-    "transparent": "`transparent`",
-    "transparent.dns": "`transparent`",
-    "orchestrators": "Top level",
-    "orchestrators.runner": "Top level",
-}
+# The loader's name for a part of the file (first match) → the start of the page's heading for it.
+SECTIONS = (
+    (r"^policy$|^orchestrators", "Top level"),
+    (r"inspect\[", "`inspect` entries"),
+    (r"\.scan$", "`scan`"),
+    (r"^defaults$", "`defaults`"),
+    (r"^principals\.", "`principals.<name>`"),
+    (r"^fetch$", "`fetch`"),
+    (r"^search$", "`search`"),
+    (r"^proxy$", "`proxy`"),
+    (r"^transparent", "`transparent`"),
+    (r"^credentials", "`credentials`"),
+)
+
+
+def section_for(where: str, page: dict[str, str]) -> str:
+    for pattern, heading in SECTIONS:
+        if re.search(pattern, where):
+            return next(body for title, body in page.items() if title.startswith(heading))
+    raise AssertionError(f"the loader reads a part of the file this test does not map: {where}")
 
 
 def recorded_key_sets(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
@@ -93,9 +134,12 @@ def sections(text: str) -> Iterator[tuple[str, str]]:
 
 
 def documents(body: str, key: str) -> bool:
-    # `key`, or a dotted path through it (`budgets.search`, `egress.allow_domains`, `dns.allow_types`).
+    # `key`, a dotted path through it (`budgets.search`, `egress.allow_domains`, `entries[].name`),
+    # or a key of a flow mapping shown in backticks (`{env: NAME}`, `{prefix: ghp_, length: 40}`).
     path = r"[\w<>\[\]]+"
-    return re.search(rf"`(?:{path}\.)*{re.escape(key)}(?:\.{path})*`", body) is not None
+    dotted = rf"`(?:{path}\.)*{re.escape(key)}(?:\[\])?(?:\.{path})*`"
+    flow = rf"`\{{[^`]*\b{re.escape(key)}:[^`]*\}}`"
+    return re.search(dotted, body) is not None or re.search(flow, body) is not None
 
 
 def test_every_key_the_loader_accepts_is_in_its_section_of_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,10 +148,9 @@ def test_every_key_the_loader_accepts_is_in_its_section_of_the_page(monkeypatch:
     missing = []
     for where, keys in recorded_key_sets(monkeypatch).items():
         if not keys:
-            continue  # a map of names the policy chooses (principals, orchestrators)
-        assert where in SECTIONS, f"the loader reads a part of the file this test does not map: {where}"
-        body = page[SECTIONS[where]]
-        if where == "orchestrators.runner":
+            continue  # a map of names the policy chooses (principals, orchestrators, query, headers)
+        body = section_for(where, page)
+        if where.startswith("orchestrators"):
             body += budgets_page  # the orchestrator's keys are with the run tokens they mint
         missing += [f"{where}: {key}" for key in sorted(keys) if not documents(body, key)]
     assert missing == [], "policy keys docs/reference/policy.md does not describe:\n" + "\n".join(missing)
@@ -118,3 +161,6 @@ def test_the_check_fails_on_a_key_the_page_does_not_name() -> None:
     assert documents("| `egress.allow_domains` | ... |", "allow_domains")
     assert documents("| `egress.allow_domains` | ... |", "egress")
     assert not documents("| `egress.allow_domains` | ... |", "allow")
+    assert documents("| `entries[].name` | ... |", "entries")
+    assert documents("`{prefix: ghp_, length: 40}`", "length")
+    assert not documents("`{prefix: ghp_}` and a length", "length")

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import time
 
+from gateway.credentials.guard import OutboundGuard, content_encoding
+from gateway.credentials.screen import RequestFacts as OutboundFacts
+from gateway.credentials.screen import scan_settings_for
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import GatewayError
@@ -54,13 +57,25 @@ def _upstream_head(exchange: ForwardExchange, forward: ForwardTarget) -> bytes:
 class ForwardDispatcher:
     """Shared by every client connection of a listener: the decision and the upstream choice."""
 
+    # What the outbound guard is told about these requests: plain HTTP here (a credential's
+    # binding never holds for it); the inspected dispatcher's are https.
+    outbound_scheme = "http"
+    outbound_kind = "http"
+
     def __init__(
-        self, core: EgressCore, caches: DecisionCaches, records: DecisionRecords, pool: UpstreamPool[UpstreamConnection]
+        self,
+        core: EgressCore,
+        caches: DecisionCaches,
+        records: DecisionRecords,
+        pool: UpstreamPool[UpstreamConnection],
+        guard: OutboundGuard | None = None,
     ) -> None:
         self.core = core
         self.caches = caches
         self.records = records
         self.pool = pool
+        # The outbound secret scan and placeholder check (issue 26); None: nothing to look for.
+        self.guard = guard
         # The audit lines' `path` of each origin-form target, as `DecisionCaches` remembers the
         # targets themselves (the same bound): decoding and splitting it costs 4 k instructions.
         self._audit_paths: BoundedMemo[bytes, str] = BoundedMemo(MAX_CACHED_TARGETS)
@@ -78,7 +93,8 @@ class ForwardDispatcher:
                 self._deny(exchange, error, loaded, kept.principal, kept.forward)
                 return
             if holds:
-                self._send(exchange, kept.principal, kept.forward, kept.target, loaded)
+                if self.guard is None or self._screen_head(exchange, kept.principal, kept.forward, loaded):
+                    self._send(exchange, kept.principal, kept.forward, kept.target, loaded)
                 return
         principal: Principal | None = None
         forward: ForwardTarget | None = None
@@ -89,6 +105,8 @@ class ForwardDispatcher:
         except GatewayError as error:
             claimed = self.caches.claimed_principal(authorization) if principal is None else None
             self._deny(exchange, error, loaded, principal, forward, claimed=claimed)
+            return
+        if self.guard is not None and not self._screen_head(exchange, principal, forward, loaded):
             return
         if target is None:
             spawn(self._pin_then_send(exchange, principal, forward, loaded), name="proxy-forward")
@@ -119,6 +137,38 @@ class ForwardDispatcher:
         )
         self._send(exchange, principal, forward, target, loaded)
 
+    def _screen_head(
+        self, exchange: ForwardExchange, principal: Principal, forward: ForwardTarget, loaded: LoadedPolicy
+    ) -> bool:
+        """The URL and header fields scanned before anything is sent, and the body's scan set up
+        (it reads the body as it arrives; `_send` waits for its verdict). False: refused."""
+        guard = self.guard
+        assert guard is not None
+        policy = loaded.policy
+        path = forward.origin_form.partition(b"?")[0].decode("latin-1")
+        method = self.caches.method_name(exchange.method)
+        facts = OutboundFacts(
+            self.outbound_kind, principal.name, self.outbound_scheme, forward.host.name, forward.port, method, path
+        )
+        refusal = guard.screen_request(
+            facts, policy, principal, url=exchange.url, fields=exchange.fields, generation=loaded.generation
+        )
+        if refusal is None and self.outbound_scheme == "https" and guard.held.by_name:
+            # Inside the binding: the placeholder becomes the real value, and the response is
+            # scrubbed of it on its way back (`forward.UpstreamConnection.data_received`).
+            try:
+                exchange.fields = guard.inject(facts, exchange.fields, loaded.generation)
+            except GatewayError as error:
+                refusal = error
+            else:
+                exchange.scrubber = guard.scrubber(facts, scan_settings_for(policy, principal).body_window_bytes)
+        if refusal is not None:
+            self._deny(exchange, refusal, loaded, principal, forward)
+            return False
+        if not exchange.body_done:
+            exchange.body_guard = guard.body(facts, policy, principal, content_encoding(exchange.fields))
+        return True
+
     def _send(
         self,
         exchange: ForwardExchange,
@@ -131,6 +181,42 @@ class ForwardDispatcher:
             exchange, principal, forward, loaded
         ):
             return
+        body_guard = exchange.body_guard
+        if body_guard is not None:
+            if not body_guard.settled:
+                # Held until the scan window is read or the body ends (`ForwardExchange._body_read`).
+                exchange.body_screened = lambda: self._send_screened(exchange, principal, forward, target, loaded)
+                return
+            self._send_screened(exchange, principal, forward, target, loaded)
+            return
+        self._send_now(exchange, principal, forward, target, loaded)
+
+    def _send_screened(
+        self,
+        exchange: ForwardExchange,
+        principal: Principal,
+        forward: ForwardTarget,
+        target: PinnedTarget,
+        loaded: LoadedPolicy,
+    ) -> None:
+        body_guard = exchange.body_guard
+        exchange.body_guard = None
+        if exchange.client.closed or body_guard is None:
+            return
+        refusal = body_guard.verdict(loaded.generation)
+        if refusal is not None:
+            self._deny(exchange, refusal, loaded, principal, forward)
+            return
+        self._send_now(exchange, principal, forward, target, loaded)
+
+    def _send_now(
+        self,
+        exchange: ForwardExchange,
+        principal: Principal,
+        forward: ForwardTarget,
+        target: PinnedTarget,
+        loaded: LoadedPolicy,
+    ) -> None:
         exchange.principal = principal.name
         exchange.principal_rule = principal
         exchange.target = target
