@@ -142,7 +142,7 @@ class ForwardDispatcher:
         principal: Principal | None = None
         forward: ForwardTarget | None = None
         try:
-            principal = self.decisions.principal_for(loaded, authorization)
+            principal = self.decisions.principal_for(loaded, authorization, client.peer_uid(loaded))
             forward = self.decisions.forward_target(url)
             target = self.core.pin_cached(principal, forward.host, forward.port, loaded)
         except GatewayError as error:
