@@ -299,9 +299,13 @@ class TlsBridge(asyncio.Protocol):
         host: str,
         port: int,
         audit_fields: Mapping[str, Any],
+        preface: bytes = b"",
     ) -> None:
         self.service = service
         self.raw = raw
+        # The CONNECT's 200, sent with the server's first flight when the ClientHello came with
+        # the CONNECT head (one write instead of two).
+        self._preface = preface
         self.principal = principal
         self.host = host
         self.port = port
@@ -359,8 +363,13 @@ class TlsBridge(asyncio.Protocol):
             client.transport.close()
 
     def _send(self, records: bytes) -> None:
+        if self._preface:
+            records, self._preface = self._preface + records, b""
         if records and not self.raw.is_closing():
             self.raw.write(records)
+
+    def flush_preface(self) -> None:
+        self._send(b"")
 
     def _start_client(self, terminator: TlsTerminator) -> None:
         if self._timer is not None:
@@ -383,6 +392,7 @@ class TlsBridge(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self.flush_preface()
         self.service.handshake_failed(self.principal, self.host, self.port, error, self.audit_fields)
         self.raw.close()
 
@@ -424,14 +434,19 @@ class InspectService:
         port: int,
         early: bytes,
         audit_fields: Mapping[str, Any],
+        preface: bytes = b"",
     ) -> None:
-        """Terminate TLS on `raw` (whose bytes so far, after the CONNECT head, are `early`)."""
+        """Terminate TLS on `raw` (whose bytes so far, after the CONNECT head, are `early`);
+        `preface` (a CONNECT's 200) goes out first, with the handshake's first flight if it can."""
         if self.server.loop is None:
             self.server.loop = asyncio.get_running_loop()
-        bridge = TlsBridge(self, raw, principal=principal, host=host, port=port, audit_fields=audit_fields)
+        bridge = TlsBridge(
+            self, raw, principal=principal, host=host, port=port, audit_fields=audit_fields, preface=preface
+        )
         raw.set_protocol(bridge)
         if early:
             bridge.data_received(early)
+        bridge.flush_preface()
 
     def handshake_failed(
         self, principal: str, host: str, port: int, error: GatewayError, audit_fields: Mapping[str, Any]
@@ -451,5 +466,9 @@ class InspectService:
         )
 
     def close(self) -> None:
+        """Shutdown: inspected connections end with the listener's (their requests are the
+        forward proxy's, so what the drain let finish has finished)."""
+        for conn in list(self.server.connections):
+            conn.abort("shutdown")
         self.server.pool.close()
         self.leaves.close()
