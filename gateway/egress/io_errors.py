@@ -64,16 +64,20 @@ def _header_flood(exc: BaseException) -> bool:
     return False
 
 
+def _response_head_error(exc: aiohttp.ClientResponseError, target: PinnedTarget) -> GatewayError:
+    if _caused_by(exc, LineTooLong):
+        return GatewayError(ErrorCode.TOO_LARGE, f"{target.name} sent a response header line over the cap")
+    if _header_flood(exc):
+        return GatewayError(ErrorCode.TOO_LARGE, f"{target.name} sent a flood of response header fields")
+    return GatewayError(ErrorCode.CONNECT_FAILURE, f"{target.name} sent a malformed response head")
+
+
 def io_error(exc: BaseException, target: PinnedTarget) -> GatewayError:
     """The GatewayError for a transport exception met while talking to `target`."""
     if isinstance(exc, GatewayError):
         return exc
     if isinstance(exc, aiohttp.ClientResponseError):
-        if _caused_by(exc, LineTooLong):
-            return GatewayError(ErrorCode.TOO_LARGE, f"{target.name} sent a response header line over the cap")
-        if _header_flood(exc):
-            return GatewayError(ErrorCode.TOO_LARGE, f"{target.name} sent a flood of response header fields")
-        return GatewayError(ErrorCode.CONNECT_FAILURE, f"{target.name} sent a malformed response head")
+        return _response_head_error(exc, target)
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         # The same certificate fails the same way on a retry: not retryable.
         return GatewayError(
