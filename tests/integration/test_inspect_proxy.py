@@ -9,6 +9,7 @@ judged by the same rules."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import ssl
@@ -25,6 +26,9 @@ from tests.harness.certs import TestPKI
 from tests.harness.inspection import InspectingGateway, InterceptionCA, inspecting_gateway, interception_ca
 from tests.harness.origins import Origin, OriginFactory
 from tests.harness.proxy import proxy_policy
+from tests.unit.test_hello_gate import CHANGE_CIPHER_SPEC
+from tests.unit.test_inspect_tls import without_key_shares
+from tests.unit.test_sni import client_hello
 
 __all__ = ["inspecting_gateway", "interception_ca"]
 
@@ -340,3 +344,26 @@ def test_a_websocket_upgrade_inside_an_inspected_connection_is_refused_plainly(
     assert b"X-Egress-Code: inspection_unsupported" in answer
     lines = gateway.wait_audit(lambda ls: any(x.get("code") == "inspection_unsupported" for x in ls))
     assert any(x.get("kind") == "inspect" and x.get("code") == "inspection_unsupported" for x in lines)
+
+
+def test_a_second_client_hello_after_hello_retry_naming_another_host_is_refused(
+    inspecting_gateway: GatewayFactory, api_origin: Origin
+) -> None:
+    gateway = inspecting_gateway(_policy(api_origin))
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as sock:
+        sock.sendall(f"CONNECT {API}:{api_origin.port} HTTP/1.1\r\nHost: {API}\r\n\r\n".encode())
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        sock.sendall(without_key_shares(client_hello(API)))  # the gateway must ask again
+        retry = sock.recv(65536)
+        assert retry[:1] == b"\x16"
+        assert retry[5] == 0x02
+        sock.sendall(CHANGE_CIPHER_SPEC + client_hello("other.example.org"))
+        received = b""
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                received += chunk
+    assert b"\x16\x03\x03" not in received[:5]  # no ServerHello for the other name
+    lines = gateway.wait_audit(lambda ls: any(x.get("code") == "host_mismatch" for x in ls))
+    line = next(x for x in lines if x.get("code") == "host_mismatch")
+    assert line["kind"] == "inspect"
+    assert line["host"] == API
