@@ -68,6 +68,9 @@ class LeafContexts:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.set_alpn_protocols(list(ALPN_PROTOCOLS))
+        # No TLS 1.3 session tickets: each would cost an encryption and a write per connection,
+        # and agents' clients rarely resume.
+        context.num_tickets = 0
         context.sni_callback = server_name_guard(host)
         # Random names: two contexts built at once never share a file, and a host name never
         # becomes a path.
