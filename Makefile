@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: run demo test lint bench chart docs docs-ref system-deps clean
+.PHONY: run demo test fuzz lint bench chart docs docs-ref system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || (apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV))
@@ -34,6 +34,12 @@ system-deps:
 test: $(STAMP) system-deps
 	scripts/install-helm.sh
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest
+
+# The property tests (tests/unit/test_*_property.py) with EGRESS_FUZZ_SCALE times their examples
+# (tests/harness/fuzz.py): `make test` runs each with its own small, bounded count.
+FUZZ_SCALE ?= 50
+fuzz: $(STAMP)
+	EGRESS_FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=0 tests/unit/test_*_property.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check gateway tests bench scripts

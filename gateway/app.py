@@ -206,6 +206,10 @@ class Gateway:
 
     async def start(self) -> None:
         self.build_core()
+        # Proven writable before any listener takes traffic: a first line written and flushed
+        # now. On a full disk or a dead mount it fails here, so /readyz says `audit_writable:
+        # false` and (on_failure deny) the first request is refused, never allowed unaudited.
+        self.audit.started(self.policy.current.generation)
         self.proxy = ProxyServer(self.core, self.audit, self.guard)
         self.proxy.inspection = self._inspection(self.proxy)
         await self.proxy.start(self.settings.proxy_listen.host, self.settings.proxy_listen.port)

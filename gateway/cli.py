@@ -124,7 +124,9 @@ def _add_credentials_parser(commands: Any) -> None:
         "placeholders", help="print each credential's placeholder for the agent's environment"
     )
     _add_settings_flags(placeholders)
-    placeholders.add_argument("--format", choices=("env", "json"), default="env")
+    placeholders.add_argument(
+        "--format", choices=("env", "json"), default="env", help="VAR=placeholder lines (env) or a JSON object"
+    )
     credential_commands.add_parser("key", help="print a new random placeholder key (store it as a Secret)")
 
 

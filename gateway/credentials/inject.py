@@ -7,11 +7,12 @@ Pure functions over the proxy's header field block (each line `\\r\\nName: value
   password, or the named header), removes every client-sent line of that header, and appends
   one line with the real value. A bound credential whose placeholder is absent leaves the
   request alone (the agent's own login is not touched) unless `require: true`.
-- `Scrubber` replaces real values with their placeholders in a response's header block and in
-  the first `window` bytes of its body, streamed with an overlap so a value split across reads
-  is still replaced. Body replacement keeps the length (a `Content-Length` stays true): a
-  placeholder as long as the value (a shape-preserving one) comes back exactly; any other is cut
-  or padded with `*` to the value's length, so the real value never reaches the agent.
+- `Scrubber` replaces real values with their placeholders in the first `window` bytes of a
+  response as relayed (its head and body), streamed with an overlap so a value split across
+  reads is still replaced. The replacement keeps the length, so chunk sizes and a
+  `Content-Length` stay true without re-framing: a placeholder as long as the value (a
+  shape-preserving one) comes back exactly; any other is cut or padded with `*` to the value's
+  length. Either way the real value never reaches the agent.
 Never logs, never raises with a value in the message, never touches a socket.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.credentials.screen import RequestFacts, bound_to
@@ -108,27 +110,23 @@ def _same_length(placeholder: bytes, length: int) -> bytes:
 
 
 class Scrubber:
-    """Replaces the real values of `credentials` in one response: head, then a body window."""
+    """Replaces the real values of `credentials` in the first `window` bytes of one response;
+    `on_finish` is called once, at `finish`, when anything was replaced (the audit line)."""
 
-    __slots__ = ("_body_pairs", "_done", "_head_pairs", "_overlap", "_tail", "replaced", "window")
+    __slots__ = ("_body_pairs", "_done", "_on_finish", "_overlap", "_tail", "replaced", "window")
 
-    def __init__(self, credentials: list[HeldCredential], window: int) -> None:
-        valued = [c for c in credentials if c.value]
-        self._head_pairs = [(c.value, c.placeholder.encode()) for c in valued if c.value]
-        self._body_pairs = [(c.value, _same_length(c.placeholder.encode(), len(c.value))) for c in valued if c.value]
+    def __init__(
+        self, credentials: list[HeldCredential], window: int, on_finish: Callable[[Scrubber], None] | None = None
+    ) -> None:
+        self._body_pairs = [
+            (c.value, _same_length(c.placeholder.encode(), len(c.value))) for c in credentials if c.value
+        ]
         self._overlap = max((len(value) for value, _ in self._body_pairs), default=1) - 1
         self._tail = b""
-        self._done = 0  # body bytes released
+        self._done = 0  # bytes released
+        self._on_finish = on_finish
         self.window = window
-        self.replaced = {"header": 0, "body": 0}
-
-    def head(self, head: bytes) -> bytes:
-        for value, placeholder in self._head_pairs:
-            count = head.count(value)
-            if count:
-                self.replaced["header"] += count
-                head = head.replace(value, placeholder)
-        return head
+        self.replaced = 0
 
     def body(self, chunk: bytes) -> bytes:
         """The bytes that may be sent now; up to `overlap` bytes are held back for `finish`."""
@@ -141,7 +139,7 @@ class Scrubber:
         for value, placeholder in self._body_pairs:
             count = data.count(value)
             if count:
-                self.replaced["body"] += count
+                self.replaced += count
                 data = data.replace(value, placeholder)
         # Hold back what could be the start of a value the next read completes.
         keep = min(self._overlap, len(data))
@@ -152,6 +150,9 @@ class Scrubber:
         return release
 
     def finish(self) -> bytes:
-        """What is still held back, at the body's end."""
+        """What is still held back, at the response's end."""
         tail, self._tail = self._tail, b""
+        if self.replaced and self._on_finish is not None:
+            report, self._on_finish = self._on_finish, None
+            report(self)
         return tail

@@ -2,9 +2,10 @@
 
 Owns the bounded per-host memo (`gateway.memo.BoundedMemo`, held by the object, never a module
 global) and the private directory `SSLContext.load_cert_chain` needs, since it loads only from
-paths: each leaf is written 0600 into a 0700 directory, loaded, and unlinked at once, so a key
-sits on disk for the length of one call. A context offers ALPN `http/1.1` only and TLS 1.2 or
-later. A leaf is replaced before it expires. Never opens a socket.
+paths: each leaf (certificate and key in one file) is written 0600 into a 0700 directory, loaded,
+and unlinked at once, so a key sits in a file for the length of one call. By default that
+directory is made in /dev/shm (memory, never a disk) when it exists. A context offers ALPN
+`http/1.1` only and TLS 1.2 or later. A leaf is replaced before it expires. Never opens a socket.
 """
 
 from __future__ import annotations
@@ -35,6 +36,14 @@ class ServerContext:
     not_after: datetime.datetime
 
 
+def _memory_directory() -> Path:
+    """A fresh 0700 directory, in /dev/shm when there is one (tmpfs: the key never reaches a
+    disk, and creating and unlinking a file there is cheaper)."""
+    shm = Path("/dev/shm")  # noqa: S108 - a private directory is made inside it
+    parent = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix="egress-leaves-", dir=parent))
+
+
 class LeafContexts:
     """Per-host server contexts signed by the interception CA."""
 
@@ -43,9 +52,7 @@ class LeafContexts:
     ) -> None:
         self.authority = authority
         self._own_directory = directory is None
-        self.directory = private_directory(
-            directory if directory is not None else Path(tempfile.mkdtemp(prefix="egress-leaves-"))
-        )
+        self.directory = private_directory(directory if directory is not None else _memory_directory())
         self._memo: BoundedMemo[str, ServerContext] = BoundedMemo(max_hosts)
 
     def __len__(self) -> int:
@@ -61,20 +68,20 @@ class LeafContexts:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.set_alpn_protocols(list(ALPN_PROTOCOLS))
+        # No TLS 1.3 session tickets: each would cost an encryption and a write per connection,
+        # and agents' clients rarely resume.
+        context.num_tickets = 0
         context.sni_callback = server_name_guard(host)
         # Random names: two contexts built at once never share a file, and a host name never
         # becomes a path.
-        stem = self.directory / os.urandom(12).hex()
-        chain_path, key_path = stem.with_suffix(".pem"), stem.with_suffix(".key")
+        path = self.directory / (os.urandom(12).hex() + ".pem")
         try:
-            write_private(chain_path, leaf.chain_pem)
-            write_private(key_path, leaf.key_pem)
-            context.load_cert_chain(chain_path, key_path)
+            write_private(path, leaf.cert_pem + leaf.key_pem)
+            context.load_cert_chain(path)
         except (OSError, ssl.SSLError) as exc:
             raise GatewayError(ErrorCode.UNAVAILABLE, f"cannot load the leaf for {host}: {exc}") from None
         finally:
-            chain_path.unlink(missing_ok=True)
-            key_path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
         self._memo.put(host, ServerContext(context, leaf.not_after))
         metrics.INSPECT_LEAF_MINTS.inc()
         metrics.INSPECT_LEAF_CACHE.set(len(self._memo))

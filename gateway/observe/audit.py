@@ -242,6 +242,12 @@ class AuditLog:
         self.write("audit_resumed", dropped=dropped, failed_for_s=round(failed_for_s, 3))
         self.flush()
 
+    def started(self, generation: int) -> None:
+        """The daemon's first line, written through at once: the proof that the destination takes
+        writes before anything is served (a failure is recorded as any failed write is)."""
+        self.write("audit_started", generation=generation)
+        self.flush()
+
     def reopen(self) -> None:
         """Reopen the file (SIGHUP/SIGUSR1, after logrotate moved it) and write what is held."""
         if self._sink is None:

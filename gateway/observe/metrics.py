@@ -46,7 +46,7 @@ DNS_LOOKUP_SECONDS = Histogram(
     buckets=_LATENCY_BUCKETS_S,
     registry=REGISTRY,
 )
-DNS_QUERIES = Counter(
+DNS_QUERIES = LoopCounter(
     "egress_gateway_dns_queries_total",
     "Queries answered by the policy-aware DNS listener, by decision and query type (known types, else OTHER).",
     ["decision", "qtype"],
@@ -226,7 +226,8 @@ CREDENTIAL_INJECTIONS = Counter(
 )
 CREDENTIAL_SCRUBS = Counter(
     "egress_gateway_credential_scrubs_total",
-    "Real credential values replaced by their placeholder in responses of bound hosts, by where (header, body).",
+    "Real credential values replaced by their placeholder in responses of bound hosts (head and body window), "
+    "by where (response).",
     ["where"],
     registry=REGISTRY,
 )

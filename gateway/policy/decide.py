@@ -66,6 +66,30 @@ def authenticate(policy: Policy, user: str | None, token: str | None) -> Princip
     return match
 
 
+def authenticate_bound(policy: Policy, user: str | None, token: str | None, peer_uid: int | None) -> Principal:
+    """`authenticate`, with the identity of a uid the policy binds (`transparent.principals`).
+
+    A listed uid is its principal on every listener (docs/guides/enforced-sidecar.md, identity):
+    without a credential it is that principal, not the default one, and a credential naming
+    another principal is refused, so an agent cannot borrow one through the gateway's own
+    loopback listeners. Any other uid (or a peer whose uid is unknown) authenticates as before.
+    """
+    bound = next((name for uid, name in policy.transparent.principals if uid == peer_uid), None)
+    if bound is None or bound not in policy.principals:
+        return authenticate(policy, user, token)
+    if token is None:
+        return policy.principals[bound]
+    principal = authenticate(policy, user, token)
+    if principal.name != bound:
+        raise GatewayError(
+            ErrorCode.POLICY_DENIED,
+            f"uid {peer_uid} is bound to principal {bound!r}; a credential of {principal.name!r} is refused",
+            rule="transparent.principals",
+            rule_pattern=str(peer_uid),
+        )
+    return principal
+
+
 def glob_matches(glob: str, name: str) -> bool:
     """`*` matches every name; `*.example.com` subdomains only (not the apex); else exact."""
     if glob == "*":

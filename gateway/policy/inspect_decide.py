@@ -75,8 +75,19 @@ def find_entry(policy: Policy, principal: Principal, host: str, port: int, *, tl
     return None
 
 
+def credential_bound(policy: Policy, host: str, port: int) -> bool:
+    """Whether a credential is bound to host:port (issue 26): such a host is always inspected, so
+    its placeholder can be swapped and its responses scrubbed."""
+    return any(
+        port in entry.bind.ports and any(glob_matches(glob, host) for glob in entry.bind.hosts)
+        for entry in policy.credentials.entries
+    )
+
+
 def inspects_host(policy: Policy, principal: Principal, host: str, port: int, *, tls: bool) -> bool:
     """Whether connections to host:port are terminated (TLS) or judged per request (plain)."""
+    if tls and credential_bound(policy, host, port):
+        return True
     return find_entry(policy, principal, host, port, tls=tls) is not None
 
 

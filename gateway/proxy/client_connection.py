@@ -312,7 +312,8 @@ class ClientConnection(asyncio.Protocol):
         except GatewayError as error:
             self._answer_and_close(error)
             return
-        if request.principal.inspect or request.loaded.policy.defaults.inspect:
+        policy = request.loaded.policy
+        if request.principal.inspect or policy.defaults.inspect or policy.credentials.entries:
             loaded, principal = request.loaded, request.principal
             if inspects_host(loaded.policy, principal, request.host.name, request.port, tls=True):
                 self._begin_inspection(request, head.rest)
@@ -377,7 +378,7 @@ class ClientConnection(asyncio.Protocol):
         assert request.target is not None
         opener.decisions.record_allow("connect", request.principal, request.target, client=self.audit_fields)
         conn = self.audit_fields.get("conn")
-        self.transport.write(
+        established = (
             b"HTTP/1.1 200 Connection Established\r\n"
             + (b"X-Egress-Id: " + conn.encode("ascii") + b"\r\n" if isinstance(conn, str) else b"")
             + b"\r\n"
@@ -397,6 +398,7 @@ class ClientConnection(asyncio.Protocol):
             port=request.port,
             early=early,
             audit_fields=self.audit_fields,
+            preface=established,
         )
 
     async def _resolve_then_dial(self, request: TunnelRequest) -> None:

@@ -16,6 +16,7 @@ import time
 
 from gateway.credentials.guard import OutboundGuard, content_encoding
 from gateway.credentials.screen import RequestFacts as OutboundFacts
+from gateway.credentials.screen import scan_settings_for
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import GatewayError
@@ -105,6 +106,11 @@ def _upstream_head(exchange: ForwardExchange, forward: ForwardTarget) -> bytes:
 class ForwardDispatcher:
     """Shared by every client connection of a listener: the decision and the upstream choice."""
 
+    # What the outbound guard is told about these requests: plain HTTP here (a credential's
+    # binding never holds for it); the inspected dispatcher's are https.
+    outbound_scheme = "http"
+    outbound_kind = "http"
+
     def __init__(
         self, core: EgressCore, decisions: ProxyDecisions, pool: UpstreamPool, guard: OutboundGuard | None = None
     ) -> None:
@@ -182,12 +188,25 @@ class ForwardDispatcher:
         guard = self.guard
         assert guard is not None
         policy = loaded.policy
+        if guard.settings_for(policy, principal) is None:
+            return True  # no credential held, no `scan:`: nothing to look for (the common case)
         path = forward.origin_form.partition(b"?")[0].decode("latin-1")
         method = self.decisions.method_name(exchange.method)
-        facts = OutboundFacts("http", principal.name, "http", forward.host.name, forward.port, method, path)
+        facts = OutboundFacts(
+            self.outbound_kind, principal.name, self.outbound_scheme, forward.host.name, forward.port, method, path
+        )
         refusal = guard.screen_request(
             facts, policy, principal, url=exchange.url, fields=exchange.fields, generation=loaded.generation
         )
+        if refusal is None and self.outbound_scheme == "https" and guard.held.by_name:
+            # Inside the binding: the placeholder becomes the real value, and the response is
+            # scrubbed of it on its way back (`forward.UpstreamConnection.data_received`).
+            try:
+                exchange.fields = guard.inject(facts, exchange.fields, loaded.generation)
+            except GatewayError as error:
+                refusal = error
+            else:
+                exchange.scrubber = guard.scrubber(facts, scan_settings_for(policy, principal).body_window_bytes)
         if refusal is not None:
             self._deny(exchange, refusal, loaded, principal, forward)
             return False

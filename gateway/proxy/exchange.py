@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from gateway.credentials.guard import BodyGuard
+    from gateway.credentials.inject import Scrubber
     from gateway.proxy.decision_caches import RequestLines
     from gateway.proxy.dispatch import KeptDecision
     from gateway.proxy.forward import UpstreamConnection
@@ -108,6 +109,7 @@ class ForwardExchange:
         "principal_rule",
         "request_head",
         "retried",
+        "scrubber",
         "settings",
         "started",
         "status",
@@ -162,6 +164,8 @@ class ForwardExchange:
         # upstream) until the window is read or the body ends; `body_screened` then continues.
         self.body_guard: BodyGuard | None = None
         self.body_screened: Callable[[], None] | None = None
+        # Replaces a bound credential's real value in the response (issue 26); None: nothing to.
+        self.scrubber: Scrubber | None = None
 
     @property
     def headers(self) -> list[tuple[bytes, bytes]]:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.credentials.guard import OutboundGuard
 from gateway.egress.connect import TlsTrust, open_pinned_connection
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
@@ -126,8 +127,19 @@ class InspectDecisions(ProxyDecisions):
 class InspectDispatcher(ForwardDispatcher):
     """Judges each request by the inspect rules, then sends it over TLS to the pinned address."""
 
-    def __init__(self, core: EgressCore, decisions: ProxyDecisions, pool: UpstreamPool, trust: TlsTrust) -> None:
-        super().__init__(core, decisions, pool)
+    # Requests inside terminated TLS: a credential's binding (https only) can hold for them.
+    outbound_scheme = "https"
+    outbound_kind = KIND
+
+    def __init__(
+        self,
+        core: EgressCore,
+        decisions: ProxyDecisions,
+        pool: UpstreamPool,
+        trust: TlsTrust,
+        guard: OutboundGuard | None = None,
+    ) -> None:
+        super().__init__(core, decisions, pool, guard)
         self.trust = trust
 
     def start(self, exchange: ForwardExchange) -> None:
@@ -265,7 +277,7 @@ class InspectServer(ProxyServer):
         # Apart from the plain HTTP pool: a TLS connection is never reused for plain HTTP.
         self.pool = UpstreamPool(proxy.wheel)
         self.tunnels = proxy.tunnels
-        self.dispatcher = InspectDispatcher(proxy.core, self.decisions, self.pool, trust)
+        self.dispatcher = InspectDispatcher(proxy.core, self.decisions, self.pool, trust, proxy.dispatcher.guard)
         self.draining = False
         self.connections = set()
         self._server = None
@@ -287,9 +299,13 @@ class TlsBridge(asyncio.Protocol):
         host: str,
         port: int,
         audit_fields: Mapping[str, Any],
+        preface: bytes = b"",
     ) -> None:
         self.service = service
         self.raw = raw
+        # The CONNECT's 200, sent with the server's first flight when the ClientHello came with
+        # the CONNECT head (one write instead of two).
+        self._preface = preface
         self.principal = principal
         self.host = host
         self.port = port
@@ -347,8 +363,13 @@ class TlsBridge(asyncio.Protocol):
             client.transport.close()
 
     def _send(self, records: bytes) -> None:
+        if self._preface:
+            records, self._preface = self._preface + records, b""
         if records and not self.raw.is_closing():
             self.raw.write(records)
+
+    def flush_preface(self) -> None:
+        self._send(b"")
 
     def _start_client(self, terminator: TlsTerminator) -> None:
         if self._timer is not None:
@@ -371,6 +392,7 @@ class TlsBridge(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self.flush_preface()
         self.service.handshake_failed(self.principal, self.host, self.port, error, self.audit_fields)
         self.raw.close()
 
@@ -412,14 +434,19 @@ class InspectService:
         port: int,
         early: bytes,
         audit_fields: Mapping[str, Any],
+        preface: bytes = b"",
     ) -> None:
-        """Terminate TLS on `raw` (whose bytes so far, after the CONNECT head, are `early`)."""
+        """Terminate TLS on `raw` (whose bytes so far, after the CONNECT head, are `early`);
+        `preface` (a CONNECT's 200) goes out first, with the handshake's first flight if it can."""
         if self.server.loop is None:
             self.server.loop = asyncio.get_running_loop()
-        bridge = TlsBridge(self, raw, principal=principal, host=host, port=port, audit_fields=audit_fields)
+        bridge = TlsBridge(
+            self, raw, principal=principal, host=host, port=port, audit_fields=audit_fields, preface=preface
+        )
         raw.set_protocol(bridge)
         if early:
             bridge.data_received(early)
+        bridge.flush_preface()
 
     def handshake_failed(
         self, principal: str, host: str, port: int, error: GatewayError, audit_fields: Mapping[str, Any]
@@ -439,5 +466,9 @@ class InspectService:
         )
 
     def close(self) -> None:
+        """Shutdown: inspected connections end with the listener's (their requests are the
+        forward proxy's, so what the drain let finish has finished)."""
+        for conn in list(self.server.connections):
+            conn.abort("shutdown")
         self.server.pool.close()
         self.leaves.close()

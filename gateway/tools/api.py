@@ -27,7 +27,8 @@ from gateway.observe import metrics
 from gateway.observe.audit import CONNECTION_ID_HEADER, AuditLog
 from gateway.observe.audit_fields import client_fields, new_connection_id
 from gateway.observe.verdicts import outcome_for_code, rule_for_code, verdict_of_failure
-from gateway.policy.decide import authenticate, decide_destination
+from gateway.peer_uid import loopback_peer_uid
+from gateway.policy.decide import authenticate_bound, decide_destination
 from gateway.policy.model import LoadedPolicy
 from gateway.tools.call_guard import CallContext, ToolCalls, require_tool
 from gateway.tools.fetch import FetchTool, parse_fetch_args
@@ -131,7 +132,12 @@ class ToolsApi:
             if scheme.lower() != "bearer" or not value.strip():
                 raise GatewayError(ErrorCode.AUTH_REQUIRED, "Authorization must be 'Bearer <token>'")
             token = value.strip()
-        principal = authenticate(loaded.policy, None, token)
+        peer_uid: int | None = None
+        if loaded.policy.transparent.principals and request.transport is not None:
+            # A uid the policy binds is its principal here too (enforced sidecar, identity).
+            transport = request.transport
+            peer_uid = loopback_peer_uid(transport.get_extra_info("peername"), transport.get_extra_info("sockname"))
+        principal = authenticate_bound(loaded.policy, None, token, peer_uid)
         # Run and step ids count only under a run token (issue 12): see tools/run_tokens.py.
         return self._calls.context(principal, loaded, request.headers)
 
@@ -281,6 +287,11 @@ class ToolsApi:
         """Run one tool call for `context`; shared by the HTTP handlers and the CLI."""
         # The switch first and once: a principal without the tool learns nothing about its arguments.
         require_tool(context.principal, "fetch" if tool == "fetch" else "search")
+        # No audit, no egress: refused here with its own code (inside, robots.txt or an engine
+        # would see the refusal as an unreachable site and answer with another one).
+        refusal = self._audit.refusal()
+        if refusal is not None:
+            raise refusal
         # The switch that let the call in; a fetch names its destination's rule once decided.
         audit["rule"] = f"tools.{tool}"
         if tool == "fetch":

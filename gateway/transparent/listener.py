@@ -314,7 +314,8 @@ class TransparentConnection(asyncio.Protocol):
             self._deny(error, host=host_name)
             return
         principal = self.principal
-        if (principal.inspect or loaded.policy.defaults.inspect) and inspects_host(
+        policy = loaded.policy
+        if (principal.inspect or policy.defaults.inspect or policy.credentials.entries) and inspects_host(
             loaded.policy, principal, target.name, target.port, tls=True
         ):
             self._hand_over_inspected(target)

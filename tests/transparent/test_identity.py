@@ -65,3 +65,19 @@ def test_a_connection_straight_to_another_principals_transparent_port_is_refused
         assert result.stdout.startswith("refused"), (uid, port, result.stdout, result.stderr)
     own = pod.agent(sys.executable, "-c", DIRECT_CONNECT, server, str(CODER_TCP), uid=CODER_UID)
     assert own.stdout == "connected\n", own.stderr
+
+
+def test_the_tools_api_on_loopback_serves_a_bound_uid_as_its_own_principal(pod: Topology) -> None:
+    # No credential at all: before, every uid was `default` here; now the uid decides.
+    body = '{"url": "https://docs.example.org/"}'
+    for uid, expected in ((AGENT_UID, "research"), (CODER_UID, "coder"), (UNLISTED_UID, "default")):
+        step = f"identity-{uid}"
+        result = pod.agent(
+            "curl", "-sS", "--max-time", "10", "-H", "Content-Type: application/json", "-d", body,
+            "-H", f"X-Egress-Step: {step}", "http://127.0.0.1:8080/v1/fetch", uid=uid,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert orjson.loads(result.stdout)["error"]["message"] == f"principal '{expected}' may not use web_fetch"
+        lines = pod.wait_audit(lambda line, step=step: line.get("step") == step)
+        (line,) = [line for line in lines if line.get("step") == step]
+        assert (line["kind"], line["principal"]) == ("fetch", expected)

@@ -24,6 +24,7 @@ RANKS: dict[str, float] = {
     "memo": 0,
     "tasks": 0,
     "memory": 0,  # returning freed heap to the OS
+    "peer_uid": 0,  # who owns a loopback peer socket (/proc/net/tcp)
     "idle_trim": 1,  # trims the heap when the tools go quiet (memory, asyncio)
     "settings": 1,
     "listener_guard": 2,  # connection budgets for the aiohttp listeners

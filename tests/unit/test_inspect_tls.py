@@ -96,7 +96,7 @@ def test_ca_has_the_properties_the_issue_fixes(authority: CertificateAuthority) 
     ids=["name", "ip-literal"],
 )
 def test_leaf_properties(authority: CertificateAuthority, host: str, san: x509.GeneralName) -> None:
-    leaf = x509.load_pem_x509_certificates(mint_leaf(authority, host).chain_pem)[0]
+    leaf = x509.load_pem_x509_certificates(mint_leaf(authority, host).cert_pem)[0]
     assert isinstance(leaf.public_key().curve, ec.SECP256R1)  # type: ignore[union-attr]
     assert list(leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value) == [san]
     eku = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
@@ -113,7 +113,7 @@ def test_leaf_properties(authority: CertificateAuthority, host: str, san: x509.G
 
 def test_leaf_never_outlives_its_ca() -> None:
     short = create_authority(days=2)
-    leaf = x509.load_pem_x509_certificates(mint_leaf(short, HOST).chain_pem)[0]
+    leaf = x509.load_pem_x509_certificates(mint_leaf(short, HOST).cert_pem)[0]
     assert leaf.not_valid_after_utc == short.certificate.not_valid_after_utc
 
 
