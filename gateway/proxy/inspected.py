@@ -71,7 +71,9 @@ class InspectCaches(DecisionCaches):
     The principal is the connection's (decided at its CONNECT or by its transparent port),
     carried in the exchange where a forwarded request carries its credential: the name."""
 
-    def principal_for(self, loaded: LoadedPolicy, authorization: bytes | None) -> Principal:
+    def principal_for(
+        self, loaded: LoadedPolicy, authorization: bytes | None, peer_uid: int | None = None
+    ) -> Principal:
         principal = loaded.policy.principals.get((authorization or b"").decode("ascii", "replace"))
         if principal is None:
             # A reload removed the principal: the connection's credential stops working.
@@ -478,5 +480,9 @@ class InspectService:
         )
 
     def close(self) -> None:
+        """Shutdown: inspected connections end with the listener's (their requests are the
+        forward proxy's, so what the drain let finish has finished)."""
+        for conn in list(self.server.connections):
+            conn.abort("shutdown")
         self.server.pool.close()
         self.leaves.close()

@@ -40,7 +40,9 @@ class _PortDecisions(DecisionCaches):
         super().__init__()
         self.uid = uid
 
-    def principal_for(self, loaded: LoadedPolicy, authorization: bytes | None) -> Principal:
+    def principal_for(
+        self, loaded: LoadedPolicy, authorization: bytes | None, peer_uid: int | None = None
+    ) -> Principal:
         # The uid decides who is asking; a Proxy-Authorization the agent adds changes nothing.
         return principal_for_port(loaded, self.uid)
 

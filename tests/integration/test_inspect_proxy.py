@@ -17,14 +17,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 
+from gateway.inspect.authority import load_authority, mint_leaf
 from tests.harness.certs import TestPKI
+from tests.harness.dns import FakeDNS
 from tests.harness.inspection import InspectingGateway, InterceptionCA, inspecting_gateway, interception_ca
-from tests.harness.origins import Origin, OriginFactory
+from tests.harness.origins import HarnessLoop, Origin, OriginFactory, listening_socket, stop_serving
 from tests.harness.proxy import proxy_policy
 from tests.unit.test_hello_gate import CHANGE_CIPHER_SPEC
 from tests.unit.test_inspect_tls import without_key_shares
@@ -367,3 +370,39 @@ def test_a_second_client_hello_after_hello_retry_naming_another_host_is_refused(
     line = next(x for x in lines if x.get("code") == "host_mismatch")
     assert line["kind"] == "inspect"
     assert line["host"] == API
+
+
+def test_the_interception_ca_is_never_trusted_upstream(
+    inspecting_gateway: GatewayFactory,
+    interception_ca: InterceptionCA,
+    origins: OriginFactory,
+    harness_loop: HarnessLoop,
+    fake_dns: FakeDNS,
+    tmp_path: Path,
+) -> None:
+    # An origin whose certificate the interception CA signed: the agent would trust it, the
+    # gateway's upstream must not.
+    leaf = mint_leaf(load_authority(interception_ca.cert, interception_ca.key), API)
+    (tmp_path / "leaf.pem").write_bytes(leaf.cert_pem + leaf.key_pem)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "leaf.pem")
+    ip = origins.next_ip()
+    listener = listening_socket(ip, 0)
+
+    async def serve() -> web.AppRunner:
+        runner = web.AppRunner(_app())
+        await runner.setup()
+        await web.SockSite(runner, listener, ssl_context=context).start()
+        return runner
+
+    runner = harness_loop.run(serve())
+    try:
+        fake_dns.add(API, ip)
+        port = listener.getsockname()[1]
+        origin = Origin(ip, port, (API,), True, runner, listener)
+        gateway = inspecting_gateway(_policy(origin))
+        got = _curl(interception_ca, gateway, "-D", "-", f"https://{API}:{port}/a")
+        assert got.stdout.rsplit("\n", 1)[1] == "502"
+        assert "x-egress-code: connect_failure" in got.stdout.lower()
+    finally:
+        harness_loop.run(stop_serving(runner, listener))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
-from gateway.policy.decide import authenticate
+from gateway.policy.decide import authenticate_bound
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.http1.heads import (
     Authority,
@@ -47,20 +47,26 @@ class DecisionCaches:
     """Caches in front of authentication, host vetting and request-target parsing."""
 
     def __init__(self) -> None:
-        self._credentials: BoundedMemo[tuple[int, bytes | None], Principal] = BoundedMemo(MAX_CACHED_CREDENTIALS)
+        self._credentials: BoundedMemo[tuple[int, bytes | None, int | None], Principal] = BoundedMemo(
+            MAX_CACHED_CREDENTIALS
+        )
         self._hosts: BoundedMemo[bytes | str, VettedHost] = BoundedMemo(MAX_CACHED_HOSTS)
         self._targets: BoundedMemo[bytes, ForwardTarget] = BoundedMemo(MAX_CACHED_TARGETS)
         self._authorities: BoundedMemo[bytes, Authority] = BoundedMemo(MAX_CACHED_TARGETS)
         self._method_names: dict[bytes, str] = {}
 
-    def principal_for(self, loaded: LoadedPolicy, authorization: bytes | None) -> Principal:
+    def principal_for(
+        self, loaded: LoadedPolicy, authorization: bytes | None, peer_uid: int | None = None
+    ) -> Principal:
         """Authenticate, caching successes per policy generation (hashing every token per request
-        would be the single largest cost on a keep-alive connection)."""
-        key = (loaded.generation, authorization)
+        would be the single largest cost on a keep-alive connection). `peer_uid`: the uid behind a
+        loopback client when the policy binds uids (`authenticate_bound`), else None."""
+        key = (loaded.generation, authorization, peer_uid)
         principal = self._credentials.get(key)
         if principal is None:
             credential = parse_proxy_authorization(authorization)
-            principal = self._credentials.put(key, authenticate(loaded.policy, credential.user, credential.token))
+            bound = authenticate_bound(loaded.policy, credential.user, credential.token, peer_uid)
+            principal = self._credentials.put(key, bound)
         return principal
 
     @staticmethod
