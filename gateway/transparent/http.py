@@ -19,30 +19,32 @@ import asyncio
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
-from gateway.observe.audit import AuditLog
+from gateway.observe.audit_fields import connection_fields_with
+from gateway.observe.audit_members import ConnectionFields
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.client_connection import ClientConnection
-from gateway.proxy.decision_caches import ForwardTarget, ProxyDecisions
-from gateway.proxy.dispatch import ForwardDispatcher
-from gateway.proxy.exchange import ForwardExchange
-from gateway.proxy.request_framing import ConnectHead
+from gateway.proxy.decision.caches import DecisionCaches, ForwardTarget
+from gateway.proxy.decision.records import DecisionRecords
+from gateway.proxy.forward.dispatch import ForwardDispatcher
+from gateway.proxy.forward.exchange import ForwardExchange
+from gateway.proxy.http1.request_framing import ConnectHead
 from gateway.proxy.server import ProxyServer
 from gateway.transparent.destination import pin_destination
 from gateway.transparent.listener import KIND, HttpHandOver
-from gateway.transparent.verdicts import principal_for_port
+from gateway.transparent.verdicts import format_original, principal_for_port
 from gateway.vet.addresses import IPAddress
 
 
-class _PortDecisions(ProxyDecisions):
-    """The proxy's decision caches and records, with the port's principal and the transparent kind."""
+class _PortDecisions(DecisionCaches):
+    """The proxy's decision caches, with the port's principal."""
 
-    kind_override = KIND
-
-    def __init__(self, audit: AuditLog, uid: int | None) -> None:
-        super().__init__(audit)
+    def __init__(self, uid: int | None) -> None:
+        super().__init__()
         self.uid = uid
 
-    def principal_for(self, loaded: LoadedPolicy, authorization: bytes | None) -> Principal:
+    def principal_for(
+        self, loaded: LoadedPolicy, authorization: bytes | None, peer_uid: int | None = None
+    ) -> Principal:
         # The uid decides who is asking; a Proxy-Authorization the agent adds changes nothing.
         return principal_for_port(loaded, self.uid)
 
@@ -68,6 +70,14 @@ class _TransparentClient(ClientConnection):
         super().__init__(server)
         self.original = original
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        # On every line of the connection, as on a tunnel's: a request dialled at the metadata
+        # address with an allowed Host must not read like any other request to that host.
+        fields = self.audit_fields
+        assert isinstance(fields, ConnectionFields)  # connection_made built it
+        self.audit_fields = connection_fields_with(fields, original_dst=format_original(self.original))
+
     def _begin_connect(self, head: ConnectHead) -> None:
         self._refuse(GatewayError(ErrorCode.INVALID_INPUT, "CONNECT is not accepted on a transparent connection"))
 
@@ -81,7 +91,7 @@ class _StrictDispatcher(ForwardDispatcher):
         try:
             url = absolute_target(exchange.url, exchange.headers, client.original[1])
         except GatewayError as error:
-            self.decisions.record_deny(
+            self.records.record_deny(
                 KIND, None, None, client.original[1], error=error, generation=0, client=client.audit_fields
             )
             client.refuse_exchange(exchange, error)
@@ -117,10 +127,11 @@ class _PortServer(ProxyServer):
         # ProxyServer.__init__ would build a second tunnel opener and pool; share the proxy's.
         self.core = proxy.core
         self.audit = proxy.audit
-        self.decisions = _PortDecisions(proxy.audit, uid)
+        self.caches = _PortDecisions(uid)
+        self.records = DecisionRecords(proxy.audit, kind=KIND)
         self.pool = proxy.pool
         self.tunnels = proxy.tunnels
-        self.dispatcher = _StrictDispatcher(proxy.core, self.decisions, proxy.pool, proxy.dispatcher.guard)
+        self.dispatcher = _StrictDispatcher(proxy.core, self.caches, self.records, proxy.pool, proxy.dispatcher.guard)
         self.draining = False
         self.connections = set()
         self._server = None

@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.exchange import build_request_head
-from gateway.proxy.heads import (
+from gateway.proxy.forward.exchange import build_request_head
+from gateway.proxy.http1.heads import (
     connection_tokens,
     error_response,
     parse_connect_authority,
@@ -17,9 +17,9 @@ from gateway.proxy.heads import (
     proxy_status,
     split_absolute_target,
 )
-from gateway.proxy.request_head import forwarded_lines
-from gateway.proxy.sni import ClientHelloPeek, PeekStatus
-from gateway.proxy.tunnel import sni_verdict
+from gateway.proxy.http1.request_head import forwarded_lines
+from gateway.proxy.tls.sni import ClientHelloPeek, PeekStatus
+from gateway.proxy.tunnel.splice import sni_verdict
 
 
 def b64(text: str) -> bytes:
