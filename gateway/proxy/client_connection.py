@@ -25,7 +25,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
@@ -106,6 +106,11 @@ _UNKNOWN_UID = object()
 _FORWARD_SECONDS = metrics.HTTP_FORWARD_SECONDS.labels()
 
 
+# A refusal's status line names the port only when it is not the request's default.
+CONNECT_DEFAULT_PORT = 443
+PLAIN_HTTP_DEFAULT_PORT = 80
+
+
 class ClientConnection(asyncio.Protocol):
     """One client connection: parses heads, runs exchanges one at a time, or becomes a tunnel."""
 
@@ -131,6 +136,8 @@ class ClientConnection(asyncio.Protocol):
         "server",
         "transport",
     )
+    # The port a refusal's status line leaves out (an inspected connection's is 443).
+    refusal_default_port: ClassVar[int] = PLAIN_HTTP_DEFAULT_PORT
 
     def __init__(
         self,
@@ -373,7 +380,8 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         keep = self._limits.keep_alive(exchange.client_keep_alive, True, exchange.body_done, self.server.draining)
-        self.transport.write(error_response(error, keep_alive=keep, conn=self.audit_fields.get("conn")))
+        conn = self.audit_fields.get("conn")
+        self.transport.write(error_response(error, keep_alive=keep, conn=conn, default_port=self.refusal_default_port))
         if keep:
             self._next_exchange()
         else:
@@ -402,7 +410,7 @@ class ClientConnection(asyncio.Protocol):
                 head.authority, head.authorization, self.audit_fields, peer_uid=self.peer_uid(self.server.core.loaded)
             )
         except GatewayError as error:
-            self._answer_and_close(error)
+            self._answer_and_close(error, CONNECT_DEFAULT_PORT)
             return
         policy = request.loaded.policy
         if request.principal.inspect or policy.defaults.inspect or policy.credentials.entries:
@@ -441,7 +449,7 @@ class ClientConnection(asyncio.Protocol):
                 generation=request.loaded.generation,
                 client=self.audit_fields,
             )
-            self._answer_and_close(error)
+            self._answer_and_close(error, CONNECT_DEFAULT_PORT)
             return
         self._connecting = True
         self._early += early
@@ -551,6 +559,8 @@ class ClientConnection(asyncio.Protocol):
         assert request is not None
         assert dial is not None
         self._request = self._dial = None
+        if error is not None and error.destination is None:
+            error.destination = (request.host.name, request.port)  # the status line names it
         self.server.tunnels.dial_failed(request, dial, error)
         self._connect_failed(error)
 
@@ -563,7 +573,7 @@ class ClientConnection(asyncio.Protocol):
         elif error is None:
             self._close()
         else:
-            self._answer_and_close(error)
+            self._answer_and_close(error, CONNECT_DEFAULT_PORT)
 
     # closing ---------------------------------------------------------------------------------
     def _refuse(self, error: GatewayError) -> None:
@@ -581,10 +591,12 @@ class ClientConnection(asyncio.Protocol):
         )
         self._answer_and_close(error)
 
-    def _answer_and_close(self, error: GatewayError) -> None:
+    def _answer_and_close(self, error: GatewayError, default_port: int | None = None) -> None:
         """The error response (with the connection's id), then the close: the connection serves
-        nothing more after a refusal or a failed exchange."""
-        self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
+        nothing more after a refusal or a failed exchange. `default_port`: the request's own
+        (443 for CONNECT), left out of the status line's destination."""
+        conn = self.audit_fields.get("conn")
+        self.transport.write(error_response(error, keep_alive=False, conn=conn, default_port=default_port))
         self._close()
 
     def revoke_if_denied(self) -> None:

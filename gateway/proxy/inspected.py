@@ -253,6 +253,8 @@ class InspectedClient(ClientConnection):
     """The proxy's client connection over the decrypted stream of one inspected connection."""
 
     __slots__ = ("host", "port", "principal_name")
+    # Requests arrive inside TLS: 443 is the port a refusal's status line leaves out.
+    refusal_default_port = 443
 
     def __init__(self, server: ProxyServer, principal_name: str, host: str, port: int) -> None:
         super().__init__(server)

@@ -174,10 +174,11 @@ def test_denial_response_carries_code_header_and_json_body() -> None:
     assert b"X-Egress-Code: policy_denied" in head
     assert b"Connection: keep-alive" in head
     document = orjson.loads(body)
-    assert document["error"]["code"] == "policy_denied"
-    assert document["error"]["message"] == "no"
-    assert document["error"]["retryable"] is False
-    assert "allow_domains" in document["error"]["hint"]
+    assert document["egress"]["code"] == "policy_denied"
+    assert document["egress"]["message"] == "no"
+    assert document["egress"]["retryable"] is False
+    assert "allow_domains" in document["egress"]["hint"]
+    assert document["error"] == document["message"] == f"policy_denied: no ({document['egress']['hint']})"
 
 
 def test_auth_denial_is_407_with_proxy_authenticate() -> None:
