@@ -349,6 +349,7 @@ class InspectedClient(ClientConnection):
                 generation=loaded.generation,
                 **self.audit_fields,
             )
+            server.activity_ended()  # wakes a drain waiting for this relay
 
         relay = self._relay = UpgradeRelay(
             self.transport,
@@ -389,6 +390,16 @@ class InspectedClient(ClientConnection):
         if self.closed:
             relay.close("client_gone")
 
+    @property
+    def busy(self) -> bool:
+        relay = self._relay
+        return (relay is not None and not relay.closed) or super().busy
+
+    def abort(self, reason: str) -> None:
+        if self._relay is not None:
+            self._relay.close(reason)  # its close line says why (`shutdown` at the drain's end)
+        super().abort(reason)
+
     def data_received(self, data: bytes) -> None:
         if self._relay is not None:
             self._relay.from_client(data)
@@ -423,6 +434,7 @@ class InspectServer(ProxyServer):
     inspect decisions and dispatcher and a pool of TLS upstreams of its own."""
 
     def __init__(self, proxy: ProxyServer, trust: TlsTrust) -> None:
+        self.proxy = proxy
         self.core = proxy.core
         self.audit = proxy.audit
         self.wheel = proxy.wheel
@@ -440,6 +452,11 @@ class InspectServer(ProxyServer):
         self._quiet = asyncio.Event()
         self.loop = proxy.loop
         self.inspection = None
+
+    def activity_ended(self) -> None:
+        # The proxy's drain waits for inspected connections too: an exchange or relay ending
+        # here wakes it.
+        self.proxy.activity_ended()
 
 
 class TlsBridge(asyncio.Protocol):
@@ -621,9 +638,19 @@ class InspectService:
             client=audit_fields,
         )
 
+    def begin_drain(self) -> None:
+        """SIGTERM: kept-alive inspected connections between requests close now; the others
+        finish their request (or WebSocket relay) within the drain's grace, then close."""
+        self.server.draining = True
+        for conn in list(self.server.connections):
+            conn.close_if_idle()
+
+    def has_busy_connections(self) -> bool:
+        return any(conn.busy for conn in self.server.connections)
+
     def close(self) -> None:
-        """Shutdown: inspected connections end with the listener's (their requests are the
-        forward proxy's, so what the drain let finish has finished)."""
+        """Shutdown: inspected connections end with the listener's (the drain waited for them
+        up to its grace)."""
         for conn in list(self.server.connections):
             conn.abort("shutdown")
         self.server.pool.close()

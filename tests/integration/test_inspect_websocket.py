@@ -5,12 +5,15 @@ through its SSL context, a loopback TLS aiohttp WebSocket echo origin, the fake 
 Covers: an allowed upgrade echoes text and binary messages both ways and its close line counts
 the bytes; an upgrade the rules deny is refused (403, audit line) and never reaches the origin;
 an origin's non-101 answer is relayed as a normal response; an upgrade carrying a body is
-refused as `inspection_unsupported`."""
+refused as `inspection_unsupported`; SIGTERM's drain waits for an open relay (it keeps echoing
+through the grace) and the daemon exits once the agent closes it."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -58,7 +61,7 @@ class EchoOrigin:
         return app
 
 
-def _policy(origin: Origin) -> dict[str, Any]:
+def _policy(origin: Origin, **proxy: Any) -> dict[str, Any]:
     return proxy_policy(
         [origin.cidr],
         principals={
@@ -75,6 +78,7 @@ def _policy(origin: Origin) -> dict[str, Any]:
             }
         },
         ports=[443, origin.port],
+        proxy=proxy or None,
     )
 
 
@@ -89,17 +93,28 @@ def _client_context(ca: InterceptionCA) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(ca.ca_only))
 
 
+async def _let_tls_close() -> None:
+    """aiohttp closes a proxied TLS connection's socket only after its TLS shutdown, on later
+    loop iterations; `asyncio.run` ending first leaves the socket to the garbage collector
+    (a ResourceWarning pytest reports in a later test). aiohttp's documented workaround
+    ("Graceful Shutdown"): give the loop a moment after the session closes."""
+    await asyncio.sleep(0.25)
+
+
 async def _exchange(gateway: InspectingGateway, ca: InterceptionCA, url: str) -> list[Any]:
     got: list[Any] = []
-    async with (
-        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as session,
-        session.ws_connect(url, proxy=gateway.proxy_url, ssl=_client_context(ca)) as ws,
-    ):
-        for text in ("hello", "x" * 70_000):  # the second spans several TLS records
-            await ws.send_str(text)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as session,
+            session.ws_connect(url, proxy=gateway.proxy_url, ssl=_client_context(ca)) as ws,
+        ):
+            for text in ("hello", "x" * 70_000):  # the second spans several TLS records
+                await ws.send_str(text)
+                got.append((await ws.receive(timeout=10)).data)
+            await ws.send_bytes(b"\x00\x01binary")
             got.append((await ws.receive(timeout=10)).data)
-        await ws.send_bytes(b"\x00\x01binary")
-        got.append((await ws.receive(timeout=10)).data)
+    finally:
+        await _let_tls_close()
     return got
 
 
@@ -181,3 +196,41 @@ def test_an_upgrade_with_a_body_is_refused_plainly(
     assert answer.startswith(b"HTTP/1.1 501"), answer
     assert b"X-Egress-Code: inspection_unsupported" in answer
     assert counter.upgrades == []
+
+
+def test_sigterm_drain_waits_for_an_open_websocket_relay(
+    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, echo: tuple[EchoOrigin, Origin]
+) -> None:
+    _, origin = echo
+    gateway = inspecting_gateway(_policy(origin, drain_grace_s=30))
+    process = gateway.process
+    assert process is not None
+
+    async def relay_through_the_drain() -> list[Any]:
+        got: list[Any] = []
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session,
+            session.ws_connect(
+                f"wss://{API}:{origin.port}/socket",
+                proxy=gateway.proxy_url,
+                ssl=_client_context(interception_ca),
+            ) as ws,
+        ):
+            await ws.send_str("before")
+            got.append((await ws.receive(timeout=10)).data)
+            gateway.signal(signal.SIGTERM)
+            # Draining now (the listener stops accepting); the relay keeps working in the grace.
+            await asyncio.sleep(1.0)
+            assert process.poll() is None, "the daemon left while an inspected relay was open"
+            await ws.send_str("during")
+            got.append((await ws.receive(timeout=10)).data)
+        await _let_tls_close()
+        return got
+
+    assert asyncio.run(relay_through_the_drain()) == ["echo:before", "echo:during"]
+    started = time.monotonic()
+    # Well under the 30 s grace: the daemon leaves because the last relay closed.
+    assert process.wait(15) == 0
+    assert time.monotonic() - started < 15
+    closes = [x for x in gateway.audit_lines() if x.get("upgrade") == "websocket"]
+    assert [x["close_reason"] for x in closes] in (["client_closed"], ["upstream_closed"])
