@@ -35,7 +35,7 @@ from gateway.proxy.client_connection import Inspection
 from gateway.proxy.deadlines.wheel import LazyDeadline
 from gateway.proxy.tls.sni import MAX_PEEK_BYTES
 from gateway.proxy.tunnel.opener import TunnelOpener
-from gateway.proxy.tunnel.splice import DialedUpstream, Tunnel, UpstreamTunnelProtocol
+from gateway.proxy.tunnel.splice import DialedUpstream, Tunnel
 from gateway.settings import ListenAddress
 from gateway.tasks import spawn
 from gateway.transparent.destination import pin_destination, raw_rules_for_port
@@ -414,7 +414,7 @@ class TransparentConnection(asyncio.Protocol):
         try:
             started = time.perf_counter()
             upstream, proto, address = await open_pinned_connection(
-                target, UpstreamTunnelProtocol, timeout_s=settings.connect_timeout_s
+                target, listener.tunnels.upstream_protocol, timeout_s=settings.connect_timeout_s
             )
             _CONNECT_LATENCY.observe(time.perf_counter() - started)
         except GatewayError as error:

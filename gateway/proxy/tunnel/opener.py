@@ -28,7 +28,7 @@ from gateway.policy.model import LoadedPolicy, Principal, ProxySettings
 from gateway.proxy.deadlines.wheel import DeadlineWheel, LazyDeadline
 from gateway.proxy.decision.caches import DecisionCaches
 from gateway.proxy.decision.records import DecisionRecords
-from gateway.proxy.tunnel.splice import DialedUpstream, Tunnel, UpstreamTunnelProtocol
+from gateway.proxy.tunnel.splice import DialedUpstream, SharedReadBuffer, Tunnel, UpstreamTunnelProtocol
 from gateway.vet.urls import VettedHost
 
 CONNECT_ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
@@ -74,6 +74,8 @@ class TunnelOpener:
         self.tunnels: set[Tunnel] = set()
         # Dials in flight (no task holds them): each is referenced here until its outcome is told.
         self.dialing: set[PinnedDial[UpstreamTunnelProtocol]] = set()
+        # The one read buffer the upstream sides of this listener's tunnels share.
+        self.read_buffer = SharedReadBuffer()
         # Read at scrape time: no gauge update per tunnel.
         metrics.ACTIVE_TUNNELS.set_function(self.tunnels.__len__)
         self._on_closed = on_closed
@@ -216,13 +218,17 @@ class TunnelOpener:
         dial = PinnedDial(
             loop,
             target,
-            UpstreamTunnelProtocol,
+            self.upstream_protocol,
             owner,
             timeout_s=request.loaded.policy.proxy.connect_timeout_s,
             deadline=deadline,
         )
         self.dialing.add(dial)
         return dial
+
+    def upstream_protocol(self) -> UpstreamTunnelProtocol:
+        """The upstream side of one of this listener's tunnels, reading into its shared buffer."""
+        return UpstreamTunnelProtocol(self.read_buffer)
 
     def dial_failed(
         self, request: TunnelRequest, dial: PinnedDial[UpstreamTunnelProtocol], error: GatewayError | None

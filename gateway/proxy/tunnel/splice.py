@@ -84,8 +84,8 @@ class TunnelOwner(Protocol):
     def tunnel_closed(self, tunnel: Tunnel) -> None: ...
 
 
-class _SharedReadBuffer:
-    """One read buffer for the upstream side of every tunnel on the loop.
+class SharedReadBuffer:
+    """One read buffer for the upstream side of every tunnel of a listener (`TunnelOpener` owns it).
 
     Reads happen one at a time on the loop's thread, and a read is written on to the client before
     the next one starts, so one buffer serves every tunnel: an idle tunnel holds none, and a busy
@@ -106,15 +106,13 @@ class _SharedReadBuffer:
         return buffer
 
 
-_READ_BUFFER = _SharedReadBuffer()
-
-
 class UpstreamTunnelProtocol(asyncio.BufferedProtocol):
     """The upstream side of a tunnel; everything is delegated to the `Tunnel`."""
 
-    __slots__ = ("early", "transport", "tunnel")
+    __slots__ = ("early", "read_buffer", "transport", "tunnel")
 
-    def __init__(self) -> None:
+    def __init__(self, read_buffer: SharedReadBuffer) -> None:
+        self.read_buffer = read_buffer
         self.tunnel: Tunnel | None = None
         self.transport: asyncio.Transport | None = None
         # Bytes that arrive before the tunnel object exists (server speaks first); a list only
@@ -128,13 +126,14 @@ class UpstreamTunnelProtocol(asyncio.BufferedProtocol):
         transport.set_write_buffer_limits(WRITE_HIGH_WATER_BYTES, WRITE_LOW_WATER_BYTES)  # type: ignore[attr-defined]
 
     def get_buffer(self, sizehint: int) -> bytearray:
-        return _READ_BUFFER.get()
+        return self.read_buffer.get()
 
     def buffer_updated(self, nbytes: int) -> None:
-        buffer = _READ_BUFFER.buffer
+        read_buffer = self.read_buffer
+        buffer = read_buffer.buffer
         assert buffer is not None  # get_buffer() ran just before, on the same read
         if self.tunnel is not None:
-            self.tunnel.from_upstream(buffer, nbytes)
+            self.tunnel.from_upstream(read_buffer, buffer, nbytes)
             return
         if self.early is None:
             self.early = []
@@ -333,8 +332,8 @@ class Tunnel:
             self.close("client_reset" if exc is not None else "client_closed")
 
     # upstream → client -------------------------------------------------------------------------
-    def from_upstream(self, buffer: bytearray, nbytes: int) -> None:
-        """The first `nbytes` of the shared read buffer go to the client."""
+    def from_upstream(self, read_buffer: SharedReadBuffer, buffer: bytearray, nbytes: int) -> None:
+        """The first `nbytes` of `buffer`, `read_buffer`'s, go to the client."""
         if self.gate is not None:
             self._server_flight(memoryview(buffer)[:nbytes])
             if self.closed:
@@ -349,7 +348,7 @@ class Tunnel:
         client.write(memoryview(buffer)[:nbytes])
         if client.get_write_buffer_size():
             # Part of it waits in the transport, which holds a view of the shared buffer.
-            _READ_BUFFER.buffer = None
+            read_buffer.buffer = None
 
     def from_upstream_bytes(self, data: bytes | bytearray) -> None:
         """Bytes the transport may keep as they are (early bytes, or a copy of the read buffer)."""
