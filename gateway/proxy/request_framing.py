@@ -43,6 +43,8 @@ from gateway.proxy.request_head import (
     too_large,
 )
 
+NO_VERSION = "the request line has no HTTP version (HTTP/0.9 is not served)"
+
 # What a complete request head (not CONNECT) becomes, made by the framing's owner from the parse:
 # (method, url, the whole head as sent, its forwarded field lines, authorization, the header
 # names its Connection field lists, chunked, HTTP/1.0, this request's own keep-alive intent, RFC
@@ -330,6 +332,10 @@ class RequestFraming(Generic[H]):
         method, url, version = words if len(words) == 3 and words[1] and words[2] else request_line(line)
         if len(url) > MAX_URL_BYTES:
             self._refuse(too_large(LINE_TOO_LONG))
+        if not version:
+            # llhttp reads `GET url` as HTTP/0.9, so `GET http://a/ HTTP/1.1` mistyped as
+            # `GET http://a/-HTTP/1.1` took the version into the target; a plain parser refuses.
+            self._refuse(GatewayError(ErrorCode.INVALID_INPUT, NO_VERSION))
         try:
             fields, authorization, named, chunked = read_field_block(block, counted)
         except GatewayError as error:
