@@ -196,7 +196,9 @@ def test_placeholders_are_printed_for_the_agent_and_are_shaped_and_stable(setup:
 
 def _refused_misuse(response: httpx.Response) -> None:
     assert response.status_code == 403, response.text
-    assert response.json()["error"]["code"] == "credential_misuse"
+    # The proxy's body and /v1's differ in shape (a readable top-level line on the proxy); the
+    # header is the same on both.
+    assert response.headers["X-Egress-Code"] == "credential_misuse"
 
 
 @pytest.mark.parametrize("route", ["path", "query", "header", "body", "gzip-body"])
@@ -309,8 +311,10 @@ def test_each_tier_on_each_surface(setup: Setup, surface: str, tier: int) -> Non
         assert status == 403
         setup.assert_canary_untouched()
     else:
-        assert status in (200, 502)  # a fetch of the JSON echo is content; search finds no engine
-    lines = setup.gateway.wait_audit(lambda ls: any(line["event"] == "security" for line in ls))
+        # Reported, not refused: a fetch of the JSON echo is content, a search finds no engine
+        # reachable here (502/503/504 under load), never the scanner's 403.
+        assert status != 403
+    lines = setup.gateway.wait_audit(lambda ls: any(line["event"] == "security" for line in ls), timeout_s=15)
     security = [line for line in lines if line["event"] == "security"]
     rules = {finding["rule"] for line in security for finding in line["findings"]}
     assert ("tier2.aws_access_key_id" if tier == 2 else "tier3.gitlab_token") in rules
@@ -321,7 +325,7 @@ def test_each_tier_on_each_surface(setup: Setup, surface: str, tier: int) -> Non
 def _send_on(setup: Setup, surface: str, token: str, target: Any) -> int:
     quoted = f'"{token}"'
     if surface in ("fetch-url", "search"):
-        with httpx.Client(base_url=setup.gateway.api_url, timeout=15) as client:
+        with httpx.Client(base_url=setup.gateway.api_url, timeout=40) as client:
             if surface == "fetch-url":
                 return client.post("/v1/fetch", json={"url": target(f"/doc?k={token}")}).status_code
             return client.post("/v1/search", json={"query": f"key {quoted}"}).status_code
@@ -355,7 +359,7 @@ def test_a_held_real_value_is_refused_and_a_rotated_file_takes_effect_without_a_
         before = client.post(setup.echo.url("/a"), content=f'tok "{REAL_VALUE}"'.encode())
         fresh_before = client.post(setup.echo.url("/b"), content=f'tok "{ROTATED_VALUE}"'.encode())
         assert before.status_code == 403
-        assert before.json()["error"]["code"] == "credential_misuse"
+        assert before.json()["egress"]["code"] == "credential_misuse"
         assert fresh_before.status_code == 200
         # Rotate as a Secret mount does: a new file renamed over the old path.
         staged = setup.token_file.with_suffix(".new")

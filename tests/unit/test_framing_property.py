@@ -19,8 +19,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gateway.errors import GatewayError
-from gateway.proxy.request_framing import ConnectHead, Refusal, RequestBody, RequestEnd, RequestFraming
-from gateway.proxy.response_framing import ResponseFraming
+from gateway.proxy.http1.request_framing import ConnectHead, Refusal, RequestBody, RequestEnd, RequestFraming
+from gateway.proxy.http1.response_framing import ResponseFraming
 from tests.harness.fuzz import examples
 
 FRAMING = examples(200)

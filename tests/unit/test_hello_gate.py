@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.proxy.hello_gate import (
+from gateway.proxy.tls.hello_gate import (
     HELLO_RETRY_REQUEST_RANDOM,
     MAX_HELD_BYTES,
     GateState,
@@ -12,7 +12,7 @@ from gateway.proxy.hello_gate import (
     ServerFlight,
     classify_server_flight,
 )
-from gateway.proxy.sni import ClientHelloPeek, PeekStatus
+from gateway.proxy.tls.sni import ClientHelloPeek, PeekStatus
 from tests.unit.test_sni import client_hello
 
 ALLOWED = "docs.example.org"

@@ -7,7 +7,7 @@ import ssl
 
 import pytest
 
-from gateway.proxy.sni import MAX_PEEK_BYTES, PeekStatus, peek_client_hello
+from gateway.proxy.tls.sni import MAX_PEEK_BYTES, PeekStatus, peek_client_hello
 
 
 def client_hello(server_name: str | None) -> bytes:
