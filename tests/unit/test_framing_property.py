@@ -19,7 +19,14 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gateway.errors import GatewayError
-from gateway.proxy.http1.request_framing import ConnectHead, Refusal, RequestBody, RequestEnd, RequestFraming
+from gateway.proxy.http1.request_framing import (
+    ConnectHead,
+    Refusal,
+    RequestBody,
+    RequestEnd,
+    RequestFraming,
+    UpgradeHead,
+)
 from gateway.proxy.http1.response_framing import ResponseFraming
 from tests.harness.fuzz import examples
 
@@ -117,7 +124,7 @@ def gateway_request(reads: list[bytes]) -> Verdict:
         for event in framing.feed(data):
             if isinstance(event, Refusal):
                 return REFUSED
-            if isinstance(event, ConnectHead):
+            if isinstance(event, ConnectHead | UpgradeHead):
                 return REFUSED
             if isinstance(event, RequestBody):
                 body += event.data
