@@ -39,6 +39,7 @@ from gateway.proxy.decision.live_permission import REVOKED_REASON, revocation
 from gateway.proxy.decision.records import DecisionRecords
 from gateway.proxy.forward.dispatch import ForwardDispatcher
 from gateway.proxy.forward.exchange import NOT_PAUSED, ForwardExchange, PauseReason
+from gateway.proxy.http1.head_memos import HeadMemos
 from gateway.proxy.http1.heads import error_response
 from gateway.proxy.http1.request_framing import (
     UPGRADE_REFUSED,
@@ -104,6 +105,8 @@ class ListenerState(Protocol):
     @property
     def inspection(self) -> Inspection | None: ...
     @property
+    def head_memos(self) -> HeadMemos: ...
+    @property
     def connect_refusal(self) -> str | None:
         """Why a CONNECT is refused on this listener's connections, or None: served."""
         ...
@@ -142,6 +145,7 @@ class ClientConnection(asyncio.Protocol):
         "_request",
         "_tunnel",
         "audit_fields",
+        "head_memos",
         "kept_decision",
         "original",
         "server",
@@ -158,6 +162,7 @@ class ClientConnection(asyncio.Protocol):
         audit_extra: Mapping[str, Any] | None = None,
     ) -> None:
         self.server = server
+        self.head_memos = server.head_memos
         # Where a redirected connection was sent (the transparent listener's plain HTTP), else
         # None; `audit_extra` joins the client's members on every line (its `original_dst`).
         self.original = original
@@ -166,7 +171,7 @@ class ClientConnection(asyncio.Protocol):
         self.audit_fields: dict[str, Any] = {}
         # None once the connection is a tunnel (or refused): its parser's memory is freed.
         # Each head it parses is made into its exchange at once (one object per request).
-        self._framing: RequestFraming[ForwardExchange] | None = RequestFraming(ForwardExchange)
+        self._framing: RequestFraming[ForwardExchange] | None = RequestFraming(ForwardExchange, server.head_memos)
         self._exchange: ForwardExchange | None = None
         self._receiving: ForwardExchange | None = None
         self._queued: deque[ForwardExchange] = deque()

@@ -262,7 +262,7 @@ class InspectedClient(ClientConnection):
     def __init__(self, server: ProxyServer, principal_name: str, host: str, port: int) -> None:
         super().__init__(server)
         # Upgrades come out as events: judged by the rules, then relayed (`_begin_upgrade`).
-        self._framing = RequestFraming(InspectExchange, upgrades=True)
+        self._framing = RequestFraming(InspectExchange, server.head_memos, upgrades=True)
         self.principal_name = principal_name
         self.host = host
         self.port = port
@@ -443,6 +443,8 @@ class InspectServer(ProxyServer):
         # Apart from the plain HTTP pool: a TLS connection is never reused for plain HTTP.
         self.pool = UpstreamPool(proxy.wheel)
         self.tunnels = proxy.tunnels
+        # The forward proxy's: an agent sends the same heads inside TLS as outside it.
+        self.head_memos = proxy.head_memos
         self.dispatcher = InspectDispatcher(
             proxy.core, self.caches, self.records, self.pool, trust=trust, guard=proxy.dispatcher.guard
         )

@@ -29,6 +29,7 @@ from gateway.proxy.decision.records import DecisionRecords
 from gateway.proxy.forward.dispatch import ForwardDispatcher
 from gateway.proxy.forward.pool import UpstreamPool
 from gateway.proxy.forward.upstream import UpstreamConnection
+from gateway.proxy.http1.head_memos import HeadMemos
 from gateway.proxy.tunnel.opener import TunnelOpener
 
 LISTEN_BACKLOG = 4096
@@ -47,6 +48,7 @@ class ProxyServer:
         # One timer for the deadlines of every connection, tunnel and upstream of this listener.
         self.wheel = DeadlineWheel()
         self.caches = DecisionCaches()
+        self.head_memos = HeadMemos()
         self.records = DecisionRecords(audit)
         self.pool: UpstreamPool[UpstreamConnection] = UpstreamPool(self.wheel)
         self.tunnels = TunnelOpener(

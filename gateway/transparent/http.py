@@ -90,6 +90,8 @@ class PortListener:
         self.core = proxy.core
         self.wheel = proxy.wheel
         self.tunnels = proxy.tunnels
+        # The forward proxy's: the same agents send the same heads on either path.
+        self.head_memos = proxy.head_memos
         self.records = DecisionRecords(proxy.audit, kind=KIND)
         self.dispatcher = ForwardDispatcher(
             proxy.core,

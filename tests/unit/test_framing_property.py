@@ -19,6 +19,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gateway.errors import GatewayError
+from gateway.proxy.http1.head_memos import HeadMemos
 from gateway.proxy.http1.request_framing import (
     ConnectHead,
     Refusal,
@@ -117,7 +118,7 @@ def split(data: bytes, cuts: list[int]) -> list[bytes]:
 
 
 def gateway_request(reads: list[bytes]) -> Verdict:
-    framing: RequestFraming[tuple[Any, ...]] = RequestFraming(lambda *head: head)
+    framing: RequestFraming[tuple[Any, ...]] = RequestFraming(lambda *head: head, HeadMemos())
     start: tuple[Any, ...] | None = None
     body = b""
     for data in reads:
@@ -158,7 +159,7 @@ def h11_request(data: bytes) -> Verdict:
 
 
 def gateway_response(reads: list[bytes]) -> tuple[Verdict, bytes]:
-    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
+    framing = ResponseFraming(HeadMemos(), head_only=False, client_http10=False, close_client=False)
     out = b""
     try:
         for data in reads:

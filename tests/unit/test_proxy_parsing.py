@@ -9,6 +9,7 @@ import pytest
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.forward.exchange import build_request_head
+from gateway.proxy.http1.head_memos import HeadMemos
 from gateway.proxy.http1.heads import (
     connection_tokens,
     error_response,
@@ -159,7 +160,7 @@ def test_hop_by_hop_and_proxy_headers_are_not_forwarded() -> None:
         (b"Accept", b"*/*"),
         (b"Content-Length", b"3"),
     ]
-    fields = forwarded_lines(headers, connection_tokens(headers))
+    fields = forwarded_lines(headers, connection_tokens(headers), HeadMemos())
     head = build_request_head(b"POST", b"/p", b"a.example.org", fields, chunked=True)
     assert head == (
         b"POST /p HTTP/1.1\r\nHost: a.example.org\r\nAccept: */*\r\nContent-Length: 3\r\n"

@@ -13,6 +13,7 @@ import httptools
 import pytest
 
 from gateway.errors import ErrorCode
+from gateway.proxy.http1.head_memos import HeadMemos
 from gateway.proxy.http1.request_framing import (
     ConnectHead,
     Refusal,
@@ -44,7 +45,7 @@ GET = b"GET http://a.example.org/ HTTP/1.1\r\nHost: a.example.org\r\n\r\n"
 
 
 def events_of(data: bytes, read_size: int = 65536) -> list[RequestEvent]:
-    framing = RequestFraming(RequestHead)
+    framing = RequestFraming(RequestHead, HeadMemos())
     events: list[RequestEvent] = []
     for start in range(0, len(data), read_size):
         events += framing.feed(data[start : start + read_size])
@@ -188,7 +189,7 @@ def test_a_request_the_proxy_will_not_frame_is_refused(data: bytes, code: ErrorC
 
 
 def test_nothing_is_parsed_after_a_refusal() -> None:
-    framing = RequestFraming(RequestHead)
+    framing = RequestFraming(RequestHead, HeadMemos())
     assert isinstance(framing.feed(b"GET http://a/ HTTP/1.1\nX: a\n\n")[-1], Refusal)
     assert framing.feed(GET) == []
 
@@ -211,7 +212,7 @@ def test_a_framing_done_parsing_leaves_no_reference_cycle(data: bytes) -> None:
     gc.disable()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
-        framing = RequestFraming(RequestHead)
+        framing = RequestFraming(RequestHead, HeadMemos())
         framing.feed(data)
         assert framing.done
         del framing

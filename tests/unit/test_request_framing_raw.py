@@ -16,6 +16,7 @@ import pytest
 from gateway.errors import ErrorCode
 from gateway.proxy.http1 import request_framing
 from gateway.proxy.http1.chunked_end import ChunkedBodyEnd
+from gateway.proxy.http1.head_memos import HeadMemos
 from gateway.proxy.http1.heads import MAX_HEAD_BYTES, MAX_HEADERS, MAX_URL_BYTES, named_by_connection
 from gateway.proxy.http1.request_framing import (
     NO_VERSION,
@@ -65,7 +66,7 @@ def test_a_stream_split_at_every_byte_gives_the_events_of_one_read(stream: bytes
     whole = events_of(stream)
     assert not any(isinstance(event, Refusal) for event in whole)
     for offset in range(1, len(stream)):
-        framing = RequestFraming(RequestHead)
+        framing = RequestFraming(RequestHead, HeadMemos())
         events = framing.feed(stream[:offset])
         if events and isinstance(events[-1], ConnectHead):
             events[-1].rest += stream[offset:]  # the next read goes to the tunnel
@@ -97,7 +98,7 @@ def test_the_six_field_head_is_read_as_llhttp_reads_it() -> None:
 
 
 def test_a_connect_split_in_its_head_hands_the_rest_of_the_last_read_to_the_tunnel() -> None:
-    framing = RequestFraming(RequestHead)
+    framing = RequestFraming(RequestHead, HeadMemos())
     assert framing.feed(CONNECT[:20]) == []
     assert framing.feed(CONNECT[20:]) == [ConnectHead(b"a.example.org:443", b"Bearer t", b"\x16\x03\x01")]
 
@@ -273,9 +274,9 @@ def test_the_forwarded_lines_cut_from_the_raw_head_are_the_ones_built_field_by_f
         if sum(name.lower() == b"proxy-authorization" for name, _ in fields) > 1:
             continue
         named = named_by_connection([value for name, value in fields if name.lower() == b"connection"])
-        forwarded, _, read_named, _ = read_field_block(head.partition(b"\r\n")[2], len(head))
+        forwarded, _, read_named, _ = read_field_block(head.partition(b"\r\n")[2], len(head), HeadMemos())
         assert read_named == named
-        assert forwarded == forwarded_lines(fields, named), head
+        assert forwarded == forwarded_lines(fields, named, HeadMemos()), head
 
 
 def test_a_remembered_field_block_still_counts_toward_its_heads_size() -> None:
@@ -342,7 +343,7 @@ def test_of_two_faults_in_a_head_the_first_in_the_stream_is_refused(
 
 
 def test_a_broken_field_is_refused_once_the_next_line_begins_not_when_the_head_ends() -> None:
-    framing = RequestFraming(RequestHead)
+    framing = RequestFraming(RequestHead, HeadMemos())
     assert framing.feed(b"POST http://a/ HTTP/1.1\r\nTransfer-Encoding: gzip\r\n") == []
     refusal = framing.feed(b"X")[-1]
     assert isinstance(refusal, Refusal)
@@ -350,7 +351,7 @@ def test_a_broken_field_is_refused_once_the_next_line_begins_not_when_the_head_e
 
 
 def test_more_fields_than_the_cap_in_a_head_not_whole_are_refused_as_the_next_begins() -> None:
-    framing = RequestFraming(RequestHead)
+    framing = RequestFraming(RequestHead, HeadMemos())
     assert framing.feed(_head_with_fields(MAX_HEADERS + 1)[:-2]) == []
     refusal = framing.feed(b"X")[-1]
     assert isinstance(refusal, Refusal)

@@ -14,6 +14,7 @@ import httptools
 import pytest
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.proxy.http1.head_memos import HeadMemos
 from gateway.proxy.http1.heads import HOP_BY_HOP
 from gateway.proxy.http1.response_framing import ResponseFraming
 from gateway.proxy.http1.response_head import MAX_INTERIM_RESPONSES, MAX_RESPONSE_HEAD_BYTES, MAX_RESPONSE_HEADERS
@@ -36,7 +37,9 @@ def relay(
     read_size: int = 7,
     upstream_closes: bool = False,
 ) -> Relayed:
-    framing = ResponseFraming(head_only=head_only, client_http10=http10, close_client=close_client or http10)
+    framing = ResponseFraming(
+        HeadMemos(), head_only=head_only, client_http10=http10, close_client=close_client or http10
+    )
     output = b""
     for start in range(0, len(response), read_size):
         output += framing.feed(response[start : start + read_size])
@@ -64,7 +67,7 @@ def _feed_in_reads(framing: ResponseFraming, response: bytes) -> None:
 
 
 def refused(response: bytes) -> GatewayError:
-    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
+    framing = ResponseFraming(HeadMemos(), head_only=False, client_http10=False, close_client=False)
     with pytest.raises(GatewayError) as caught:
         _feed_in_reads(framing, response)
     assert not framing.reusable
@@ -106,7 +109,7 @@ def test_close_delimited_body_goes_to_an_http10_client_as_is_with_connection_clo
 
 
 def test_a_close_delimited_body_cut_before_the_head_is_not_complete() -> None:
-    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
+    framing = ResponseFraming(HeadMemos(), head_only=False, client_http10=False, close_client=False)
     framing.feed(b"HTTP/1.1 200 OK\r\n")
     assert framing.end_of_stream() is False
     assert not framing.complete
@@ -257,7 +260,7 @@ def test_a_response_the_proxy_cannot_relay_as_framed_is_an_error_never_a_parser_
 
 def test_the_final_head_names_the_gateways_id_and_never_the_origins() -> None:
     framing = ResponseFraming(
-        head_only=False, client_http10=False, close_client=False, id_field=b"X-Egress-Id: c-1\r\n"
+        HeadMemos(), head_only=False, client_http10=False, close_client=False, id_field=b"X-Egress-Id: c-1\r\n"
     )
     interim, final = framing.feed(
         b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\nX-Egress-Id: forged\r\nContent-Length: 2\r\n\r\nno"
@@ -347,7 +350,7 @@ def _head_field_by_field(head: bytes, id_field: bytes) -> bytes:
 @pytest.mark.parametrize("id_field", [b"", b"X-Egress-Id: c-1\r\n"], ids=["no-id", "with-id"])
 def test_the_relayed_head_is_the_one_built_field_by_field(fields: bytes, id_field: bytes) -> None:
     head = b"HTTP/1.1 200 Fine: yes\r\n" + fields + b"Content-Length: 0\r\n\r\n"
-    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False, id_field=id_field)
+    framing = ResponseFraming(HeadMemos(), head_only=False, client_http10=False, close_client=False, id_field=id_field)
     assert framing.feed(head) == _head_field_by_field(head, id_field)
 
 
@@ -378,7 +381,7 @@ def test_the_relayed_head_is_the_one_built_field_by_field(fields: bytes, id_fiel
 )
 @pytest.mark.parametrize("id_field", [b"", b"X-Egress-Id: c-1\r\n"], ids=["no-id", "with-id"])
 def test_every_status_line_is_relayed_as_http11_with_the_origins_reason(head: bytes, id_field: bytes) -> None:
-    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False, id_field=id_field)
+    framing = ResponseFraming(HeadMemos(), head_only=False, client_http10=False, close_client=False, id_field=id_field)
     assert framing.feed(head) == _head_field_by_field(head, id_field)
 
 
@@ -398,7 +401,9 @@ def test_random_heads_are_relayed_as_built_field_by_field() -> None:
         )
         head = b"HTTP/1.1 200 OK\r\n" + fields + b"Content-Length: 0\r\n\r\n"
         id_field = rng.choice([b"", b"X-Egress-Id: c-1\r\n"])
-        framing = ResponseFraming(head_only=False, client_http10=False, close_client=False, id_field=id_field)
+        framing = ResponseFraming(
+            HeadMemos(), head_only=False, client_http10=False, close_client=False, id_field=id_field
+        )
         assert framing.feed(head) == _head_field_by_field(head, id_field), head
 
 
@@ -440,7 +445,7 @@ def test_random_heads_are_relayed_as_built_field_by_field() -> None:
 )
 def test_the_body_is_reframed_from_the_fields_llhttp_framed_it_by(response: bytes, relayed: bytes) -> None:
     framing = ResponseFraming(
-        head_only=False, client_http10=False, close_client=False, id_field=b"X-Egress-Id: c-1\r\n"
+        HeadMemos(), head_only=False, client_http10=False, close_client=False, id_field=b"X-Egress-Id: c-1\r\n"
     )
     output = framing.feed(response)
     framing.end_of_stream()
@@ -483,13 +488,15 @@ def test_the_next_response_on_a_connection_is_framed_as_on_a_fresh_one() -> None
     for head_only, response in responses:
         if framing is None:
             framing = ResponseFraming(
-                head_only=head_only, client_http10=False, close_client=False, id_field=b"X: c\r\n"
+                HeadMemos(), head_only=head_only, client_http10=False, close_client=False, id_field=b"X: c\r\n"
             )
         else:
             framing = framing.next_response(
                 head_only=head_only, client_http10=False, close_client=False, id_field=b"X: c\r\n"
             )
-        fresh = ResponseFraming(head_only=head_only, client_http10=False, close_client=False, id_field=b"X: c\r\n")
+        fresh = ResponseFraming(
+            HeadMemos(), head_only=head_only, client_http10=False, close_client=False, id_field=b"X: c\r\n"
+        )
         assert (framing.feed(response), framing.complete, framing.reusable, framing.status) == (
             fresh.feed(response),
             fresh.complete,
@@ -504,7 +511,7 @@ def test_remembered_status_lines_keep_each_reason_phrase() -> None:
     # a reason too long to remember, is relayed as sent.
     long_reason = b"R" * 100
     for reason in [b"OK", b"Fine", b"OK", long_reason, long_reason, b""]:
-        framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
+        framing = ResponseFraming(HeadMemos(), head_only=False, client_http10=False, close_client=False)
         head = b"HTTP/1.1 200 " + reason + b"\r\nContent-Length: 0\r\n\r\n"
         assert framing.feed(head) == _head_field_by_field(head, b"")
 
@@ -515,7 +522,7 @@ def test_the_head_caps_count_per_response_on_a_reused_framing() -> None:
     # one response alone stays under.
     fields = b"".join(b"X-%d: %s\r\n" % (index, b"v" * 400) for index in range(MAX_RESPONSE_HEADERS - 1))
     response = b"HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 200 OK\r\n" + fields + b"Content-Length: 0\r\n\r\n"
-    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
+    framing = ResponseFraming(HeadMemos(), head_only=False, client_http10=False, close_client=False)
     for _ in range(MAX_INTERIM_RESPONSES + 2):
         framing = framing.next_response(head_only=False, client_http10=False, close_client=False)
         framing.feed(response)
@@ -549,7 +556,7 @@ def _head_of(length: int) -> bytes:
 def test_a_whole_final_head_in_the_first_read_meets_the_same_caps(head: bytes, within: bool, reused: bool) -> None:
     # The framing cuts a whole final head at the start of a read itself, without the scanner: the
     # caps hold as the scanner counts them, on a fresh framing and on a reused one.
-    framing = ResponseFraming(head_only=False, client_http10=False, close_client=False)
+    framing = ResponseFraming(HeadMemos(), head_only=False, client_http10=False, close_client=False)
     if reused:
         framing.feed(b"HTTP/1.1 204 No Content\r\n\r\n")
         framing = framing.next_response(head_only=False, client_http10=False, close_client=False)

@@ -24,6 +24,7 @@ from gateway.egress.target import PinnedTarget
 from gateway.errors import GatewayError
 from gateway.policy.model import LoadedPolicy, Principal, ProxySettings
 from gateway.proxy.forward.pool import PoolKey
+from gateway.proxy.http1.head_memos import HeadMemos
 from gateway.proxy.http1.request_head import request_fields
 from gateway.proxy.http1.response_framing import ResponseFraming
 from gateway.vet.addresses import IPAddress
@@ -68,6 +69,8 @@ class ClientSide(Protocol):
     kept_decision: KeptDecision | None
     # Where a redirected connection was sent (the transparent listener's), else None.
     original: tuple[IPAddress, int] | None
+    # Its listener's memos of the heads it has read, for the response framings too.
+    head_memos: HeadMemos
 
     @property
     def closed(self) -> bool: ...

@@ -208,11 +208,22 @@ class UpstreamConnection(asyncio.Protocol):
             self._id_field = b"X-Egress-Id: %s\r\n" % conn.encode("ascii") if isinstance(conn, str) else b""
         spent = self._spent_framing
         self._spent_framing = None
-        self.framing = (ResponseFraming if spent is None else spent.next_response)(
-            head_only=exchange.method == b"HEAD",
-            client_http10=exchange.client_http10,
-            close_client=exchange.client_http10 or not exchange.client_keep_alive,
-            id_field=self._id_field,
+        close_client = exchange.client_http10 or not exchange.client_keep_alive
+        self.framing = (
+            ResponseFraming(
+                exchange.client.head_memos,
+                head_only=exchange.method == b"HEAD",
+                client_http10=exchange.client_http10,
+                close_client=close_client,
+                id_field=self._id_field,
+            )
+            if spent is None
+            else spent.next_response(
+                head_only=exchange.method == b"HEAD",
+                client_http10=exchange.client_http10,
+                close_client=close_client,
+                id_field=self._id_field,
+            )
         )
         self._reused = self._responses > 0
         self._answered = False

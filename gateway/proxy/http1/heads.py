@@ -18,7 +18,6 @@ import httptools
 import orjson
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.memo import BoundedMemo
 from gateway.vet.urls import VettedHost, vet_host
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -179,24 +178,13 @@ def connection_tokens(headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
 
 
 NOTHING_NAMED: frozenset[bytes] = frozenset()
-# A Connection value this short is remembered: nearly every keep-alive response and many requests
-# carry one of a few (`keep-alive`, `close`), and splitting one costs 7 k instructions.
-MAX_REMEMBERED_CONNECTION_VALUE_BYTES = 64
-MAX_REMEMBERED_CONNECTION_VALUES = 256
-NAMED_BY_SHORT_CONNECTION_VALUE: BoundedMemo[bytes, frozenset[bytes]] = BoundedMemo(MAX_REMEMBERED_CONNECTION_VALUES)
 
 
 def named_by_connection(values: list[bytes]) -> frozenset[bytes]:
-    """Header names listed by these Connection field values (lower-cased)."""
+    """Header names listed by these Connection field values (lower-cased); a listener's
+    `head_memos.HeadMemos` remembers the answer for a short value."""
     if not values:
         return NOTHING_NAMED
-    if len(values) == 1 and len(values[0]) <= MAX_REMEMBERED_CONNECTION_VALUE_BYTES:
-        named = NAMED_BY_SHORT_CONNECTION_VALUE.get(values[0])
-        return named if named is not None else NAMED_BY_SHORT_CONNECTION_VALUE.put(values[0], _named_by_values(values))
-    return _named_by_values(values)
-
-
-def _named_by_values(values: list[bytes]) -> frozenset[bytes]:
     tokens: set[bytes] = set()
     for value in values:
         tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())

@@ -33,6 +33,7 @@ import httptools
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.http1.chunked_end import ChunkedBodyEnd
+from gateway.proxy.http1.head_memos import HeadMemos
 from gateway.proxy.http1.heads import MAX_HEAD_BYTES, MAX_URL_BYTES
 from gateway.proxy.http1.request_head import (
     LINE_TOO_LONG,
@@ -126,6 +127,7 @@ class RequestFraming(Generic[H]):
         "_held_fields",
         "_held_lines",
         "_in_head",
+        "_memos",
         "_new_head",
         "_no_more_requests",
         "_parser",
@@ -136,8 +138,10 @@ class RequestFraming(Generic[H]):
         "done",
     )
 
-    def __init__(self, new_head: HeadFactory[H], *, upgrades: bool = False) -> None:
+    def __init__(self, new_head: HeadFactory[H], memos: HeadMemos, *, upgrades: bool = False) -> None:
         self._new_head = new_head
+        # The listener's memos of the heads it has read (`head_memos`).
+        self._memos = memos
         # Upgrades become `UpgradeHead` events instead of refusals (an inspected connection
         # judges and relays them; the forward proxy refuses them: "use CONNECT").
         self._upgrades = upgrades
@@ -366,7 +370,7 @@ class RequestFraming(Generic[H]):
             # `GET http://a/-HTTP/1.1` took the version into the target; a plain parser refuses.
             self._refuse(GatewayError(ErrorCode.INVALID_INPUT, NO_VERSION))
         try:
-            fields, authorization, named, chunked = read_field_block(block, counted)
+            fields, authorization, named, chunked = read_field_block(block, counted, self._memos)
         except GatewayError as error:
             self._refuse(error)
         if method == b"CONNECT":

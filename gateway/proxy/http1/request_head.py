@@ -21,7 +21,12 @@ import re
 import httptools
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.memo import BoundedMemo
+from gateway.proxy.http1.head_memos import (
+    MAX_REMEMBERED_FIELD_BLOCK_BYTES,
+    MAX_REMEMBERED_REQUEST_FIELD_NAME_BYTES,
+    HeadMemos,
+    ReadFieldBlock,
+)
 from gateway.proxy.http1.heads import (
     CLOSE_FIELD,
     FRAMING_FIELDS,
@@ -29,11 +34,9 @@ from gateway.proxy.http1.heads import (
     MAX_HEAD_BYTES,
     MAX_HEADERS,
     MAX_URL_BYTES,
-    NAMED_BY_SHORT_CONNECTION_VALUE,
     NOTHING_NAMED,
     TOKEN_CHARS,
     any_case,
-    named_by_connection,
 )
 
 # Never forwarded whatever the message says: hop-by-hop (RFC 9110 section 7.6.1), the Host the
@@ -83,12 +86,6 @@ _LINES_OF_NOTE = _lines_of_note()
 _STRIDE = 5
 _CONTENT_LENGTH = re.compile(rb"\r\n" + any_case(b"content-length") + rb":[ \t]*([0-9]+)")
 
-# Whether a request field is never forwarded whatever its message says, for the heads read line
-# by line, remembered per name as sent: lower-casing and classifying each name cost more.
-MAX_REMEMBERED_REQUEST_FIELD_NAME_BYTES = 64
-MAX_REMEMBERED_REQUEST_FIELD_NAMES = 1024
-_DROPPED_REQUEST_FIELDS: BoundedMemo[bytes, bool] = BoundedMemo(MAX_REMEMBERED_REQUEST_FIELD_NAMES)
-
 TOO_MANY_FIELDS = f"more than {MAX_HEADERS} header fields"
 LINE_TOO_LONG = "the request line is too long"
 TWO_AUTHORIZATIONS = "two Proxy-Authorization fields"
@@ -100,11 +97,11 @@ def too_large(message: str) -> GatewayError:
     return GatewayError(ErrorCode.TOO_LARGE, message, status=431)
 
 
-def _learn_dropped(name: bytes) -> bool:
+def _learn_dropped(name: bytes, memos: HeadMemos) -> bool:
     lowered = name.lower()
     dropped = lowered in _CUT_NAMES or lowered.startswith(b"proxy-")
     if len(name) <= MAX_REMEMBERED_REQUEST_FIELD_NAME_BYTES:
-        _DROPPED_REQUEST_FIELDS.put(name, dropped)
+        memos.dropped_request_fields.put(name, dropped)
     return dropped
 
 
@@ -121,15 +118,16 @@ def request_fields(head: bytes) -> list[tuple[bytes, bytes]]:
     return fields
 
 
-def forwarded_lines(fields: list[tuple[bytes, bytes]], named: frozenset[bytes]) -> bytes:
+def forwarded_lines(fields: list[tuple[bytes, bytes]], named: frozenset[bytes], memos: HeadMemos) -> bytes:
     """The end-to-end field lines of these fields, each as CRLF and `name: value`: hop-by-hop
-    fields, `Proxy-*`, `Host` and the fields `named` by Connection (lower-cased) left out."""
+    fields, `Proxy-*`, `Host` and the fields `named` by Connection (lower-cased) left out. Whether
+    a name is left out whatever the message says is remembered in `memos`."""
     parts: list[bytes] = []
-    dropped_names = _DROPPED_REQUEST_FIELDS
+    dropped_names = memos.dropped_request_fields
     for name, value in fields:
         dropped = dropped_names.get(name)
         if dropped is None:
-            dropped = _learn_dropped(name)
+            dropped = _learn_dropped(name, memos)
         if dropped or (named and name.lower() in named):
             continue
         parts += (b"\r\n", name, b": ", value)
@@ -211,37 +209,28 @@ def _only_cut_names(named: frozenset[bytes], head: bytes) -> bool:
     return all(name in _CUT_NAMES or name.startswith(b"proxy-") for name in named)
 
 
-# Each field block read, remembered as sent: an agent repeats its fields from request to request
-# (its Host, User-Agent, Accept, credential), and hashing the block costs far less than splitting
-# it. Only blocks within the caps and its rules are remembered, so a remembered block needs no
-# check but the head's own size.
-MAX_REMEMBERED_FIELD_BLOCK_BYTES = 2048
-MAX_REMEMBERED_FIELD_BLOCKS = 256
-_READ_BLOCKS: BoundedMemo[bytes, tuple[bytes, bytes | None, frozenset[bytes], bool]] = BoundedMemo(
-    MAX_REMEMBERED_FIELD_BLOCKS
-)
-
-
-def read_field_block(block: bytes, head_bytes: int) -> tuple[bytes, bytes | None, frozenset[bytes], bool]:
+def read_field_block(block: bytes, head_bytes: int, memos: HeadMemos) -> ReadFieldBlock:
     """The forwarded field lines (each CRLF first), the Proxy-Authorization value, the names the
     Connection field lists and whether the body is chunked, read from the field block of a head
     llhttp accepted (after the request line's CRLF, to the blank line; `head_bytes` of the head
-    counted, with any empty lines before it). Remembered per block as sent.
+    counted, with any empty lines before it). Remembered per block as sent in `memos`: only
+    blocks within the caps and the rules are, so a remembered block needs no check but the head's
+    own size.
 
     Raises `too_large` (431) for a head over a cap, whatever else it holds; then
     `invalid_input` for the first line of note that breaks a rule, then for a Connection field
     naming a framing field. (The target's cap is the caller's: it is not in the block.)"""
-    read = _READ_BLOCKS.get(block)
+    read = memos.read_blocks.get(block)
     if read is None:
-        read = _read_field_block(b"\r\n" + block, head_bytes)
+        read = _read_field_block(b"\r\n" + block, head_bytes, memos)
         if len(block) <= MAX_REMEMBERED_FIELD_BLOCK_BYTES:
-            _READ_BLOCKS.put(block, read)
+            memos.read_blocks.put(block, read)
     elif head_bytes > MAX_HEAD_BYTES:
         raise too_large("the request head is too large")
     return read
 
 
-def _read_field_block(block: bytes, head_bytes: int) -> tuple[bytes, bytes | None, frozenset[bytes], bool]:
+def _read_field_block(block: bytes, head_bytes: int, memos: HeadMemos) -> ReadFieldBlock:
     """`read_field_block`'s reading of a block not remembered, with the CRLF that ends the
     request line before it: the field-line and head caps, the rules, the forwarded lines."""
     # The request line and the blank line end in a newline too: they are not fields.
@@ -281,7 +270,7 @@ def _read_field_block(block: bytes, head_bytes: int) -> tuple[bytes, bytes | Non
         fields = b"".join(pieces[::_STRIDE])[:-4]
     # `named_by_connection`'s remembered answer first, inline: most clients send one short value.
     named = (
-        (len(values) == 1 and NAMED_BY_SHORT_CONNECTION_VALUE.get(values[0])) or named_by_connection(values)
+        (len(values) == 1 and memos.connection_values.get(values[0])) or memos.named_by_connection(values)
         if values
         else NOTHING_NAMED
     )
@@ -290,7 +279,7 @@ def _read_field_block(block: bytes, head_bytes: int) -> tuple[bytes, bytes | Non
         # have the origin read the body as a second request (smuggling).
         raise GatewayError(ErrorCode.INVALID_INPUT, CONNECTION_NAMES_FRAMING)
     if irregular or (named and not _only_cut_names(named, block)):
-        fields = forwarded_lines(request_fields(block), named)
+        fields = forwarded_lines(request_fields(block), named, memos)
     return fields, authorization, named, chunked
 
 

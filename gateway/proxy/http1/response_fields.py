@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import re
 
-from gateway.memo import BoundedMemo
+from gateway.proxy.http1.head_memos import MAX_REMEMBERED_REASON_BYTES, HeadMemos
 from gateway.proxy.http1.heads import (
     CLOSE_FIELD,
     FRAMING_FIELDS,
     HOP_BY_HOP,
-    NAMED_BY_SHORT_CONNECTION_VALUE,
     NOTHING_NAMED,
     TOKEN_CHARS,
     any_case,
-    named_by_connection,
 )
 
 # What a field name means to the relay, for the heads read line by line (`_field_role`).
@@ -73,12 +71,6 @@ _HOP_BY_HOP_AND_CLOSE = HOP_BY_HOP | {b"close"}
 # Names a Connection field may list for the head to be relayed without another look: Connection
 # and Transfer-Encoding are cut already, but naming Transfer-Encoding is refused.
 _CUT_AND_NOT_FRAMING = HOP_BY_HOP - FRAMING_FIELDS
-# The relayed status line, without its CRLF, of each (status, short reason) an origin sends whose
-# own line is not already that (`HTTP/1.0 200 OK`): formatting bytes parses the format on every
-# call, and origins repeat a handful.
-MAX_REMEMBERED_REASON_BYTES = 64
-MAX_REMEMBERED_STATUS_LINES = 256
-_STATUS_LINES: BoundedMemo[tuple[int, bytes], bytes] = BoundedMemo(MAX_REMEMBERED_STATUS_LINES)
 
 
 def _field_role(name: bytes) -> int:
@@ -104,20 +96,21 @@ def _status_line_bounds(head: bytes) -> tuple[int, int]:
     return line_start, head.index(b"\r\n", line_start)
 
 
-def _status_line(head: bytes, line_start: int, line_end: int, status: int) -> bytes:
-    """`HTTP/1.1 <status> <reason>`, the reason as the origin sent it. llhttp has checked the line:
-    a version without spaces, one space, three digits, then a space and the reason, or nothing."""
+def _status_line(head: bytes, line_start: int, line_end: int, status: int, memos: HeadMemos) -> bytes:
+    """`HTTP/1.1 <status> <reason>`, the reason as the origin sent it, without its CRLF (remembered
+    in `memos` for a short reason). llhttp has checked the line: a version without spaces, one
+    space, three digits, then a space and the reason, or nothing."""
     reason = head[head.index(b" ", line_start) + 5 : line_end]
-    line = _STATUS_LINES.get((status, reason))
+    line = memos.status_lines.get((status, reason))
     if line is None:
         line = b"HTTP/1.1 %d %b" % (status, reason)
         if len(reason) <= MAX_REMEMBERED_REASON_BYTES:
-            _STATUS_LINES.put((status, reason), line)
+            memos.status_lines.put((status, reason), line)
     return line
 
 
 def _fields_line_by_line(
-    head: bytes, line_end: int, id_field: bytes
+    head: bytes, line_end: int, id_field: bytes, memos: HeadMemos
 ) -> tuple[list[bytes], bool, bool, frozenset[bytes]]:
     """The head's relayed field lines (each CRLF and `name: value`, then the CRLF that ends the
     last), whether it has Content-Length, whether it has Transfer-Encoding, the names its
@@ -141,17 +134,19 @@ def _fields_line_by_line(
             has_length = has_length or role == _LENGTH
             fields.append((name, value))
     # The fields a Connection field names are hop-by-hop too (RFC 9110 section 7.6.1).
-    named = named_by_connection(values)
+    named = memos.named_by_connection(values)
     lines = [b"\r\n" + name + b": " + value for name, value in fields if name.lower() not in named]
     lines.append(b"\r\n")
     return lines, has_length, chunked, named
 
 
-def read_head(head: bytes, status: int, id_field: bytes, keep_alive: bool) -> tuple[list[bytes], bool, bool, bool]:
+def read_head(
+    head: bytes, status: int, id_field: bytes, keep_alive: bool, memos: HeadMemos
+) -> tuple[list[bytes], bool, bool, bool]:
     """The relayed head's pieces to the CRLF that ends its last field line (the fields the
     framing adds and the blank line follow), whether it has Content-Length, whether it has
     Transfer-Encoding, whether its Connection fields name a framing field: read from the whole
-    head once llhttp accepted it.
+    head once llhttp accepted it, with the listener's `memos`.
 
     The relayed head is the raw head with the lines of note cut out, each with the CRLF before
     it: one C call gives the kept spans and, after each, the line's Connection value,
@@ -164,7 +159,7 @@ def read_head(head: bytes, status: int, id_field: bytes, keep_alive: bool) -> tu
         # Nearly every keep-alive response: one line of note, a Connection field with a value
         # (`keep-alive`) naming only fields that are cut already and never a framing one, and a
         # status line relayed as it is. The steps below, for that head alone.
-        named = NAMED_BY_SHORT_CONNECTION_VALUE.get(pieces[1]) or named_by_connection([pieces[1]])
+        named = memos.connection_values.get(pieces[1]) or memos.named_by_connection([pieces[1]])
         if named <= _CUT_AND_NOT_FRAMING:
             return [pieces[0], pieces[4][:-2]], keep_alive or _CONTENT_LENGTH.search(head) is not None, False, False
     if len(pieces) == 1:
@@ -187,7 +182,7 @@ def read_head(head: bytes, status: int, id_field: bytes, keep_alive: bool) -> tu
     # `named_by_connection`'s remembered answer first, inline: nearly every response has one
     # short Connection value (`keep-alive`).
     named = (
-        (len(values) == 1 and NAMED_BY_SHORT_CONNECTION_VALUE.get(values[0])) or named_by_connection(values)
+        (len(values) == 1 and memos.connection_values.get(values[0])) or memos.named_by_connection(values)
         if values
         else NOTHING_NAMED
     )
@@ -196,12 +191,12 @@ def read_head(head: bytes, status: int, id_field: bytes, keep_alive: bool) -> tu
     names_only_cut = named <= HOP_BY_HOP or (named <= _HOP_BY_HOP_AND_CLOSE and CLOSE_FIELD.search(head) is None)
     if irregular or not names_only_cut:
         line_start, line_end = _status_line_bounds(head)
-        fields, has_length, chunked, named = _fields_line_by_line(head, line_end, id_field)
-        status_line = _status_line(head, line_start, line_end, status)
+        fields, has_length, chunked, named = _fields_line_by_line(head, line_end, id_field, memos)
+        status_line = _status_line(head, line_start, line_end, status, memos)
         return [status_line, *fields], has_length, chunked, not FRAMING_FIELDS.isdisjoint(named)
     if not status_line_as_sent:
         line_start, line_end = _status_line_bounds(head)
-        kept[0] = _status_line(head, line_start, line_end, status) + kept[0][line_end:]
+        kept[0] = _status_line(head, line_start, line_end, status, memos) + kept[0][line_end:]
     # llhttp keeps a connection alive only when the body's end is known: with no Transfer-Encoding
     # (strict llhttp refuses it beside Content-Length) that is Content-Length, or a status without
     # a body.

@@ -23,6 +23,7 @@ import re
 import httptools
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.proxy.http1.head_memos import HeadMemos
 from gateway.proxy.http1.response_fields import read_head
 from gateway.proxy.http1.response_head import (
     HEAD_END,
@@ -62,6 +63,7 @@ class ResponseFraming:
         "_head",
         "_head_only",
         "_id_field",
+        "_memos",
         "_out",
         "_parser",
         "_progress",
@@ -84,7 +86,11 @@ class ResponseFraming:
     _at_boundary: bool
     _scanner: ResponseHeadScanner | None
 
-    def __init__(self, *, head_only: bool, client_http10: bool, close_client: bool, id_field: bytes = b"") -> None:
+    def __init__(
+        self, memos: HeadMemos, *, head_only: bool, client_http10: bool, close_client: bool, id_field: bytes = b""
+    ) -> None:
+        # The listener's memos of the heads it has read (`head_memos`).
+        self._memos = memos
         self._parser = httptools.HttpResponseParser(self)
         self._start(head_only, client_http10, close_client, id_field)
 
@@ -98,7 +104,11 @@ class ResponseFraming:
         comes) or the connection's framing is lost."""
         if not (self._at_boundary and self.reusable):
             return ResponseFraming(
-                head_only=head_only, client_http10=client_http10, close_client=close_client, id_field=id_field
+                self._memos,
+                head_only=head_only,
+                client_http10=client_http10,
+                close_client=close_client,
+                id_field=id_field,
             )
         # `_start`, less what a response that ended at the boundary and left the connection
         # reusable already holds as a fresh framing would: no failure, no stall (a completing read
@@ -254,7 +264,9 @@ class ResponseFraming:
         parser = self._parser
         status = parser.get_status_code()
         keep_alive = parser.should_keep_alive()
-        kept, has_length, chunked, names_framing = read_head(self._head, status, self._id_field, keep_alive)
+        kept, has_length, chunked, names_framing = read_head(
+            self._head, status, self._id_field, keep_alive, self._memos
+        )
         if status == 101 or names_framing:
             self._refuse_unframeable(status)
         if chunked and _transfer_codings(self._head).count(b"chunked") != 1:
