@@ -14,6 +14,7 @@ from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess
 from tests.harness.origins import HarnessLoop, OriginFactory
+from tests.harness.parallel import mark_worker_groups, plain_nodeid
 
 pytest_plugins = ["tests.harness.redis_server", "tests.harness.redis_topologies"]
 
@@ -48,9 +49,17 @@ LINE_KINDS_BY_TEST: dict[str, set[tuple[str, str]]] = {
 _PASSED: set[str] = set()
 
 
+# tryfirst: xdist's own hook turns the marks into the id suffix its scheduler groups by, so the
+# marks must be on the items before it runs.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark_worker_groups(items)
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and report.passed:
-        _PASSED.add(report.nodeid)
+        # Under xdist a grouped test's id ends in "@group": the table above names tests without it.
+        _PASSED.add(plain_nodeid(report.nodeid))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 # The fixtures come from the plugins the root conftest loads (tests.harness.redis_server and
 # redis_topologies); imported here for types only.
 
+# One worker builds the session's Redis Cluster and TLS server for this module and the cluster
+# end-to-end one (tests/harness/parallel.py), not every worker its own.
+pytestmark = pytest.mark.xdist_group("redis-topologies")
+
 # Generous bounds on waits that poll for a state change; they bound a hang, they do not time it.
 SETTLE_DEADLINE_S = 5.0
 
@@ -424,6 +428,7 @@ async def test_ping_answers_true_while_the_store_is_up(store: BudgetStore) -> No
     assert await store.ping() is True
 
 
+@pytest.mark.serial  # 200 calls at once against 1 s store timeouts: needs the machine to itself
 @pytest.mark.parametrize(("concurrent", "per_step"), [(1000, 20), (3, 1000)], ids=["step", "slots"])
 async def test_concurrent_reservations_on_one_store_are_exact(
     store: BudgetStore, concurrent: int, per_step: int, request: pytest.FixtureRequest
@@ -452,6 +457,7 @@ async def close_all(stores: list[RedisBudgetStore]) -> None:
     await asyncio.gather(*(s.close() for s in stores))
 
 
+@pytest.mark.serial  # 200 calls at once against 1 s store timeouts: needs the machine to itself
 @pytest.mark.parametrize(
     ("lim", "expected_code"),
     [

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from aiohttp import web
 
 from tests.conftest import GatewayFactory
@@ -177,6 +178,7 @@ def start_replicas(gateway_factory: GatewayFactory, policy: Mapping[str, Any], r
 # -- two replicas on one Redis ---------------------------------------------------------------
 
 
+@pytest.mark.serial  # 200 calls at once against 1 s store timeouts: needs the machine to itself
 async def test_two_replicas_grant_exactly_the_step_budget_of_200_concurrent_fetches(
     gateway_factory: GatewayFactory, origins: OriginFactory, harness_loop: HarnessLoop, redis_server: RedisServer
 ) -> None:
@@ -201,6 +203,7 @@ async def test_two_replicas_grant_exactly_the_step_budget_of_200_concurrent_fetc
     assert error_code(follow_up) == "quota_exhausted"
 
 
+@pytest.mark.serial  # 200 calls at once against 1 s store timeouts: needs the machine to itself
 async def test_two_replicas_hold_exactly_three_concurrency_slots_until_released(
     gateway_factory: GatewayFactory, origins: OriginFactory, harness_loop: HarnessLoop, redis_server: RedisServer
 ) -> None:

@@ -27,6 +27,9 @@ from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess, policy_document
 from tests.harness.origins import HarnessLoop, Origin, OriginFactory
 
+# Event-loop latency and time-limit bounds: `make test` runs these alone, after the parallel part.
+pytestmark = pytest.mark.serial
+
 SMALL_BOMB_BYTES = 32 * 1024  # converted inline before the fix: ~0.9 s of frozen loop each
 LARGE_BOMB_BYTES = 1024 * 1024  # minutes of conversion before the fix
 CONVERT_TIMEOUT_S = 1.0

@@ -204,6 +204,7 @@ def test_nothing_is_parsed_after_a_refusal() -> None:
         pytest.param(b"BREW / HTTP/1.1\r\n\r\n", id="malformed"),
     ],
 )
+@pytest.mark.slow  # a full collection of the heap per case: left out of make test-fast
 def test_a_framing_done_parsing_leaves_no_reference_cycle(data: bytes) -> None:
     # The parser holds the framing's callbacks: once nothing more is parsed, the framing lets go of
     # it, so a tunnel's or a refused connection's framing is freed without the garbage collector.

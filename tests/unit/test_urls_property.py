@@ -6,6 +6,7 @@ log, match and connect to is the one we vetted. Bounded `max_examples` keep the 
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -90,6 +91,7 @@ def test_vet_url_on_arbitrary_text_accepts_a_fixed_point_or_refuses_as_unsafe_ur
     assert_url_is_a_fixed_point(raw)
 
 
+@pytest.mark.slow  # 300 examples: left out of make test-fast
 @FAST
 @given(urls)
 @example("http://[]@")  # yarl 1.25 raised IndexError on an empty host after brackets
@@ -104,6 +106,7 @@ def test_vet_host_on_arbitrary_text_accepts_a_fixed_point_or_refuses_as_unsafe_u
     assert_host_is_a_fixed_point(raw)
 
 
+@pytest.mark.slow  # 300 examples: left out of make test-fast
 @FAST
 @given(hosts)
 def test_vet_host_on_host_shaped_text_accepts_a_fixed_point_or_refuses_as_unsafe_url(raw: str) -> None:
