@@ -35,13 +35,13 @@ system-deps:
 PYTEST := PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest
 
 # Every test, no selection: .ci/run calls this. First all but the tests marked `serial`, spread
-# over the workers (tests/harness/parallel.py keeps together on one worker what must not run
-# apart: module-scoped daemons, network namespaces, Redis topologies); then the `serial` ones
+# over the workers a whole file at a time (tests/harness/parallel.py: a module's shared daemons
+# are built once; the network-namespace files run one after another); then the `serial` ones
 # (bursts of concurrent calls, event-loop latency bounds) alone on a quiet machine. Both parts
 # always run; the target fails if either does.
 test: $(STAMP) system-deps
 	scripts/install-helm.sh
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup -m "not serial" || failed=1; \
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not serial" || failed=1; \
 	$(PYTEST) -m serial || failed=1; \
 	test -z "$$failed"
 

@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xdist.remote import Producer
 
 from tests.harness.audit_schema import NOTED_LINE_KINDS, NOTED_PROBLEMS, all_errors, line_kinds
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess
 from tests.harness.origins import HarnessLoop, OriginFactory
-from tests.harness.parallel import mark_worker_groups, plain_nodeid
+from tests.harness.parallel import FileScheduling
 
 pytest_plugins = ["tests.harness.redis_server", "tests.harness.redis_topologies"]
 
@@ -49,17 +50,16 @@ LINE_KINDS_BY_TEST: dict[str, set[tuple[str, str]]] = {
 _PASSED: set[str] = set()
 
 
-# tryfirst: xdist's own hook turns the marks into the id suffix its scheduler groups by, so the
-# marks must be on the items before it runs.
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark_worker_groups(items)
+# tryfirst: xdist's own hook would answer `--dist loadfile` with its plain file scheduling.
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> FileScheduling | None:
+    """`--dist loadfile` (as `make test` runs): whole files per worker, the netns files as one."""
+    return FileScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and report.passed:
-        # Under xdist a grouped test's id ends in "@group": the table above names tests without it.
-        _PASSED.add(plain_nodeid(report.nodeid))
+        _PASSED.add(report.nodeid)
 
 
 @pytest.fixture(scope="session", autouse=True)

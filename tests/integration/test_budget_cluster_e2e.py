@@ -14,11 +14,7 @@ import uuid
 import pytest
 
 from tests.conftest import GatewayFactory
-from tests.harness.origins import HarnessLoop, OriginFactory
-from tests.harness.redis_topologies import ClusterNodes
-from tests.harness.run_tokens import SECRET_ENV, run_token
-from tests.harness.windows import REDIS_CLOCK, room_in_the_minute
-from tests.integration.test_budget_e2e import (
+from tests.harness.budget_calls import (
     CONCURRENT_FETCHES,
     HoldingSite,
     budgeted_policy,
@@ -28,10 +24,10 @@ from tests.integration.test_budget_e2e import (
     start_fetches,
     step_headers,
 )
-
-# One worker builds the session's Redis Cluster for this module and the store contract's
-# (tests/harness/parallel.py), not every worker its own.
-pytestmark = pytest.mark.xdist_group("redis-topologies")
+from tests.harness.origins import HarnessLoop, OriginFactory
+from tests.harness.redis_topologies import ClusterNodes
+from tests.harness.run_tokens import SECRET_ENV, run_token
+from tests.harness.windows import REDIS_CLOCK, room_in_the_minute
 
 BUDGET = 20
 # Time the 200 fetches may take on a loaded machine, all inside one minute window.

@@ -35,10 +35,6 @@ if TYPE_CHECKING:
 # The fixtures come from the plugins the root conftest loads (tests.harness.redis_server and
 # redis_topologies); imported here for types only.
 
-# One worker builds the session's Redis Cluster and TLS server for this module and the cluster
-# end-to-end one (tests/harness/parallel.py), not every worker its own.
-pytestmark = pytest.mark.xdist_group("redis-topologies")
-
 # Generous bounds on waits that poll for a state change; they bound a hang, they do not time it.
 SETTLE_DEADLINE_S = 5.0
 

@@ -46,7 +46,7 @@ def test_make_test_runs_the_whole_suite_in_two_parts_that_cover_it() -> None:
     parallel, alone = _pytest_runs(_dry_run("test"))
     # The worker count is whatever TEST_WORKERS says (`make test TEST_WORKERS=1` reaches this dry run).
     workers, count, *rest = parallel
-    assert (workers, count.isdigit(), rest) == ("-n", True, ["--dist", "loadgroup", "-m", "not serial"])
+    assert (workers, count.isdigit(), rest) == ("-n", True, ["--dist", "loadfile", "-m", "not serial"])
     assert alone == ["-m", "serial"]
 
 
