@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: run test test-fast lint bench chart system-deps clean
+.PHONY: run demo test test-fast fuzz lint bench chart docs docs-ref system-deps clean
 
 # `make test` runs the whole suite on this many pytest-xdist workers. Most of a test's time is
 # spent waiting on daemons, sockets and deadlines, not on the CPU, so a 2-core machine keeps
@@ -29,6 +29,11 @@ $(RUN_STAMP): pyproject.toml | $(BIN)/python
 run: $(RUN_STAMP)
 	$(BIN)/egress-gateway serve --policy policies/default.yaml
 
+# The README's Quickstart: the gateway beside a local origin and DNS server, five requests
+# allowed and refused, and the audit lines they left; no internet needed.
+demo: $(RUN_STAMP)
+	$(BIN)/python scripts/demo.py
+
 system-deps:
 	scripts/install-system-deps.sh
 
@@ -50,10 +55,16 @@ test: $(STAMP) system-deps
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -m "not slow" -n 2 -q
 
+# The property tests (tests/unit/test_*_property.py) with EGRESS_FUZZ_SCALE times their examples
+# (tests/harness/fuzz.py): `make test` runs each with its own small, bounded count.
+FUZZ_SCALE ?= 50
+fuzz: $(STAMP)
+	EGRESS_FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=0 tests/unit/test_*_property.py
+
 lint: $(STAMP)
-	$(BIN)/ruff check gateway tests bench
-	$(BIN)/ruff format --check gateway tests bench
-	$(BIN)/mypy --strict gateway tests bench
+	$(BIN)/ruff check gateway tests bench scripts
+	$(BIN)/ruff format --check gateway tests bench scripts
+	$(BIN)/mypy --strict gateway tests bench scripts
 
 chart: $(STAMP)
 	scripts/install-helm.sh
@@ -66,5 +77,17 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/extract.py --pages ../shared/fixtures/pages --snippets ../shared/fixtures/snippet-pages
 
+# The reference tables generated from the code (settings, CLI, error codes, metrics, audit
+# fields); tests/docs/test_generated_reference.py fails until the committed pages match.
+docs-ref: $(STAMP)
+	$(BIN)/python scripts/gen_docs_ref.py
+
+# The documentation site (optional, not part of `make test`): zensical reads mkdocs.yml and the
+# Markdown under docs/, and writes site/. Pinned so the site builds the same everywhere.
+ZENSICAL_VERSION := 0.1.1
+docs: $(STAMP)
+	$(BIN)/python -m pip install -q 'zensical==$(ZENSICAL_VERSION)'
+	$(BIN)/zensical build --clean
+
 clean:
-	rm -rf $(VENV) .tools
+	rm -rf $(VENV) .tools site

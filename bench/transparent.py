@@ -43,6 +43,7 @@ NAME = "docs.example.org"
 CONCURRENCY = 16
 DNS_WORKERS = 16
 DNSMASQ_PORT = 5353
+DNSMASQ_CACHED_PORT = 5354
 
 
 def client_hello(name: str) -> bytes:
@@ -169,7 +170,11 @@ def child_main(args: list[str]) -> None:
     elif kind == "http":
         result = uvloop.run(load_http(mode, seconds))
     else:
-        server, port = (DNS_V4, 53) if mode == "gateway" else ("127.0.0.1", DNSMASQ_PORT)
+        server, port = {
+            "gateway": (DNS_V4, 53),
+            "dnsmasq": ("127.0.0.1", DNSMASQ_PORT),
+            "dnsmasq-cached": ("127.0.0.1", DNSMASQ_CACHED_PORT),
+        }[mode]
         result = uvloop.run(load_dns(server, port, seconds))
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
 
@@ -202,6 +207,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each is kept")
+    parser.add_argument("--only", choices=("setup", "http", "dns"), help="measure one kind only")
     options = parser.parse_args()
     if os.geteuid() != 0 or shutil.which("dnsmasq") is None:
         sys.exit("needs root and dnsmasq (scripts/install-system-deps.sh)")
@@ -238,13 +244,26 @@ def main() -> None:
                 uid=GATEWAY_UID,
             )
         )
+        # And the same dnsmasq with its cache, the fair reference for the listener's answers from
+        # the gateway's own resolver cache.
+        processes.append(
+            start_dnsmasq(
+                pod.pod,
+                "--listen-address=127.0.0.1",
+                f"--port={DNSMASQ_CACHED_PORT}",
+                f"--server={INET_V4}",
+                "--cache-size=10000",
+                uid=GATEWAY_UID,
+            )
+        )
         seconds = str(options.seconds)
         results: dict[str, dict[str, Any]] = {}
-        plan = (
+        plan: tuple[tuple[str, tuple[str, ...]], ...] = (
             ("setup", ("proxy", "transparent")),
             ("http", ("proxy", "transparent")),
-            ("dns", ("dnsmasq", "gateway")),
+            ("dns", ("dnsmasq", "dnsmasq-cached", "gateway")),
         )
+        plan = tuple(entry for entry in plan if options.only in (None, entry[0]))
         for kind, modes in plan:
             for mode in modes:
                 run_child(pod, kind, mode, "1")  # warm-up: DNS cache, pooled connections
@@ -268,7 +287,10 @@ def main() -> None:
         ("tunnel setup", "setup proxy", "setup transparent"),
         ("HTTP requests", "http proxy", "http transparent"),
         ("DNS queries", "dns dnsmasq", "dns gateway"),
+        ("DNS queries", "dns dnsmasq-cached", "dns gateway"),
     ):
+        if measured not in results or reference not in results:
+            continue
         ratio = results[measured]["per_s"] / results[reference]["per_s"]
         print(f"{kind}: {measured} / {reference} = {ratio:.2f}")
 

@@ -20,6 +20,8 @@ from aiohttp import web
 
 from gateway import __version__
 from gateway.budget import BudgetStore, open_store
+from gateway.credentials.guard import OutboundGuard
+from gateway.credentials.store import SecretStore
 from gateway.egress.client import GuardedClient
 from gateway.egress.connect import TlsTrust
 from gateway.egress.own_addresses import own_addresses
@@ -47,6 +49,7 @@ from gateway.tools.search.tool import SearchTool
 
 if TYPE_CHECKING:
     from gateway.dnsguard.server import DnsListener
+    from gateway.proxy.inspected import InspectService
     from gateway.transparent.listener import TransparentListener
 
 log = logging.getLogger("egress_gateway")
@@ -103,6 +106,11 @@ class Gateway:
         self.policy_sha256 = policy_file_sha256(settings.policy_path)
         metrics.set_build_info(self.policy_sha256)
         self.audit = _open_audit(settings)
+        # The credentials the gateway holds for its agents, and the outbound scan (issue 26).
+        # A placeholder key that cannot be read stops the start here, as a bad policy does.
+        self.secrets = SecretStore(settings.secret_env)
+        self.secrets.load(self.policy.current.policy.credentials)
+        self.guard = OutboundGuard(self.secrets, self.audit)
         self.store: BudgetStore = open_store(
             settings.redis_url, ca_bundle=settings.redis_ca_bundle, min_replicas=settings.redis_min_replicas
         )
@@ -128,12 +136,20 @@ class Gateway:
         metrics.POLICY_RELOADS.labels(outcome="success" if ok else "failure").inc()
         metrics.POLICY_GENERATION.set(generation)
         if ok:
+            self._reload_secrets()
             self.policy_sha256 = policy_file_sha256(self.settings.policy_path)
             metrics.set_build_info(self.policy_sha256)
             if self.proxy is not None:
                 self.proxy.policy_reloaded()  # live permission: close what the new policy denies
             if self.transparent is not None:
                 self.transparent.revalidate(self.policy.current)
+
+    def _reload_secrets(self) -> None:
+        try:
+            self.secrets.load(self.policy.current.policy.credentials)
+        except GatewayError as exc:
+            # The policy in force changed; its credentials keep the last readable key's snapshot.
+            log.error("credentials not reloaded: %s", exc.message)
 
     def readiness(self) -> tuple[bool, dict[str, bool]]:
         """Proxy readiness: the store is not part of it (a Redis outage fails tool calls closed but
@@ -190,7 +206,12 @@ class Gateway:
 
     async def start(self) -> None:
         self.build_core()
-        self.proxy = ProxyServer(self.core, self.audit)
+        # Proven writable before any listener takes traffic: a first line written and flushed
+        # now. On a full disk or a dead mount it fails here, so /readyz says `audit_writable:
+        # false` and (on_failure deny) the first request is refused, never allowed unaudited.
+        self.audit.started(self.policy.current.generation)
+        self.proxy = ProxyServer(self.core, self.audit, self.guard)
+        self.proxy.inspection = self._inspection(self.proxy)
         await self.proxy.start(self.settings.proxy_listen.host, self.settings.proxy_listen.port)
         await self._start_interception()
         # Each listener has its own connection budget, sized from the raised open-files limit.
@@ -204,6 +225,30 @@ class Gateway:
         self._background.append(spawn(self._watch_policy_file(), name="policy-watch"))
         self._background.append(spawn(self._watch_store(), name="store-watch"))
         log.info("%s", self.startup_summary())
+
+    def _inspection(self, proxy: ProxyServer) -> InspectService | None:
+        """TLS interception when a CA is configured (issue 25). Without one, an inspected host is
+        refused (`inspection_unsupported`), never spliced: a bypass comes only from policy."""
+        settings = self.settings
+        if not settings.inspect_ca_cert or not settings.inspect_ca_key:
+            if any(p.inspect for p in self.policy.current.policy.principals.values()) or (
+                self.policy.current.policy.defaults.inspect
+            ):
+                log.warning(
+                    "the policy names inspect entries but no interception CA is configured "
+                    "(EGRESS_INSPECT_CA_CERT, EGRESS_INSPECT_CA_KEY): CONNECTs to those hosts are refused; "
+                    "plain HTTP to them is still judged"
+                )
+            return None
+        from pathlib import Path  # noqa: PLC0415
+
+        from gateway.inspect.authority import load_authority  # noqa: PLC0415
+        from gateway.inspect.leaves import LeafContexts  # noqa: PLC0415
+        from gateway.proxy.inspected import InspectService  # noqa: PLC0415
+
+        authority = load_authority(settings.inspect_ca_cert, settings.inspect_ca_key)
+        leaf_dir = Path(settings.inspect_leaf_dir) if settings.inspect_leaf_dir else None
+        return InspectService(proxy, LeafContexts(authority, leaf_dir), self.tls_trust)
 
     def startup_summary(self) -> str:
         """One line saying what is in force, for the operator reading the start-up log."""
@@ -247,13 +292,14 @@ class Gateway:
 
             http = TransparentHttp(self.proxy)
             self.transparent = TransparentListener(self.core, self.audit, self.proxy.tunnels, http)
+            self.transparent.inspection = self.proxy.inspection
             await self.transparent.start(self.settings.transparent_listen, uids)
         if self.settings.dns_listen:
             from gateway.dnsguard.server import DnsListener  # noqa: PLC0415
             from gateway.dnsguard.upstream import Upstream  # noqa: PLC0415
 
             upstream = Upstream(self.settings.nameservers, self.settings.dns_timeout_s)
-            self.dns = DnsListener(self.core, self.audit, upstream)
+            self.dns = DnsListener(self.core, self.audit, upstream, self.guard)
             await self.dns.start(self.settings.dns_listen, uids)
 
     def tools_api(self) -> ToolsApi:
@@ -268,6 +314,7 @@ class Gateway:
             FetchTool(self.client, self.extraction, robots, reader),
             SearchTool(self.client, self.store, settings),
             self.audit,
+            guard=self.guard,
         )
 
     async def _watch_policy_file(self) -> None:
@@ -276,6 +323,8 @@ class Gateway:
         while True:
             await asyncio.sleep(POLICY_POLL_INTERVAL_S)
             self.policy.poll()
+            # A rotated credential file (a Secret's ..data swap) is read again: no restart.
+            self.secrets.poll()
 
     async def _watch_store(self) -> None:
         while True:

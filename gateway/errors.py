@@ -39,6 +39,17 @@ class ErrorCode(StrEnum):
     DESTINATION_MISMATCH = "destination_mismatch"
     PROTOCOL_UNKNOWN = "protocol_unknown"
     AUDIT_UNAVAILABLE = "audit_unavailable"
+    # A credential placeholder (or a held secret's real value) outside its binding: an
+    # exfiltration attempt by definition (issue 26).
+    CREDENTIAL_MISUSE = "credential_misuse"
+    # The outbound scanner found a secret-shaped token and its tier's action is `deny`.
+    SECRET_DETECTED = "secret_detected"  # noqa: S105 - an error code
+    # Issue 25: an inspected request whose Host or absolute authority is not the TLS name (fronting).
+    HOST_MISMATCH = "host_mismatch"
+    # Issue 25: an inspected host asked for a protocol interception does not speak (h2-only ALPN).
+    INSPECTION_UNSUPPORTED = "inspection_unsupported"
+    # Issue 25: the agent refused the gateway's certificate for an inspected host (CA not trusted).
+    TLS_UNTRUSTED = "tls_untrusted"
 
 
 HTTP_STATUS: dict[ErrorCode, int] = {
@@ -68,6 +79,11 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.DESTINATION_MISMATCH: 403,
     ErrorCode.PROTOCOL_UNKNOWN: 403,
     ErrorCode.AUDIT_UNAVAILABLE: 503,
+    ErrorCode.CREDENTIAL_MISUSE: 403,
+    ErrorCode.SECRET_DETECTED: 403,
+    ErrorCode.HOST_MISMATCH: 400,
+    ErrorCode.INSPECTION_UNSUPPORTED: 501,
+    ErrorCode.TLS_UNTRUSTED: 502,
 }
 
 # A retry can succeed without the caller changing anything.
@@ -146,6 +162,8 @@ class GatewayError(Exception):
         # only, never in the response body (an agent is not told the policy's layout).
         self.rule = rule
         self.rule_pattern = rule_pattern
+        # The addresses a refused name resolved to (`check` prints them), never in a body.
+        self.addresses: tuple[str, ...] = ()
         super().__init__(f"{code}: {self.message}")
 
     def __reduce__(self) -> tuple[Any, ...]:

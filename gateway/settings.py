@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, ItemsView, Iterator, Mapping
+from collections.abc import Callable, ItemsView, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -99,6 +100,14 @@ class Settings:
     extract_workers: int = 1
     extract_idle_exit_s: float = 60.0
     audit_http_paths: bool = True
+    # The gateway's whole environment, for credential sources of kind `env` (the policy names the
+    # variables, so they are not known here). Never printed: `__repr__` leaves it out.
+    secret_env: Mapping[str, str] = field(default_factory=dict)
+    # Inspection (issue 25): the interception CA (a file or a mounted Secret) and where leaf files
+    # live for the instant `load_cert_chain` reads them (default: a fresh 0700 temporary directory).
+    inspect_ca_cert: str | None = None
+    inspect_ca_key: str | None = None
+    inspect_leaf_dir: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -221,8 +230,11 @@ def _audit_on_failure(text: str | None) -> str:
     return value
 
 
+# `egress-gateway mcp --connect` credentials, read by the CLI (never on its command line).
+CONNECT_TOKEN_VARIABLE = "EGRESS_CONNECT_TOKEN"  # noqa: S105 - a variable's name
+CONNECT_RUN_TOKEN_VARIABLE = "EGRESS_CONNECT_RUN_TOKEN"  # noqa: S105 - a variable's name
 # Read by the CLI itself, not by load_settings.
-_CLI_VARIABLES = frozenset({"EGRESS_CONFIG"})
+_CLI_VARIABLES = frozenset({"EGRESS_CONFIG", CONNECT_TOKEN_VARIABLE, CONNECT_RUN_TOKEN_VARIABLE})
 
 
 class _ReadRecorder(Mapping[str, str]):
@@ -253,6 +265,34 @@ class _ReadRecorder(Mapping[str, str]):
         return len(self._env)
 
 
+def closest_setting(name: str, known: Sequence[str]) -> str | None:
+    """The known setting an unknown `EGRESS_*` name most likely meant, or None.
+
+    Names are compared word by word (`AUDIT_FILE` is two words): the most words in common first,
+    then the same number of words, then the spelling. Letter similarity alone picks
+    `EGRESS_AUDIT_ON_FAILURE` for `EGRESS_AUDIT_FILE`, where `EGRESS_AUDIT_LOG` is meant.
+    """
+    import difflib  # noqa: PLC0415 - only a refused setting needs it
+
+    # Compared without the shared prefix, which would make every name look alike.
+    wanted = name.removeprefix("EGRESS_")
+    words = wanted.split("_")
+
+    def closeness(candidate: str) -> tuple[int, bool, float]:
+        theirs = candidate.removeprefix("EGRESS_").split("_")
+        return (
+            len(set(words) & set(theirs)),
+            len(theirs) == len(words),
+            difflib.SequenceMatcher(None, wanted, candidate.removeprefix("EGRESS_")).ratio(),
+        )
+
+    best = max(known, key=closeness, default=None)
+    if best is None:
+        return None
+    shared, _, ratio = closeness(best)
+    return best if shared > 0 or ratio >= 0.6 else None
+
+
 def _reject_unknown(env: _ReadRecorder, file_keys: Mapping[str, str]) -> None:
     known = sorted(name for name in env.read | _CLI_VARIABLES if name.startswith("EGRESS_"))
     for name in sorted(env):
@@ -260,12 +300,8 @@ def _reject_unknown(env: _ReadRecorder, file_keys: Mapping[str, str]) -> None:
             continue
         if _ENGINE_SETTING.match(name):
             continue
-        import difflib  # noqa: PLC0415 - only a refused setting needs it
-
-        # Compared without the shared prefix, which would make every name look alike.
-        suffixes = {known_name.removeprefix("EGRESS_"): known_name for known_name in known}
-        matches = difflib.get_close_matches(name.removeprefix("EGRESS_"), suffixes, n=1, cutoff=0.6)
-        close = [suffixes[match] for match in matches]
+        suggestion = closest_setting(name, known)
+        close = [suggestion] if suggestion is not None else []
         hint = f" (did you mean {close[0]}?)" if close else ""
         if name in file_keys:
             origin = f"settings file key {file_keys[name]!r}"
@@ -397,4 +433,8 @@ def _build(env: Mapping[str, str], flags: Mapping[str, str | None]) -> Settings:
         extract_workers=int(_number(env.get("EGRESS_EXTRACT_WORKERS"), "EGRESS_EXTRACT_WORKERS", 1, integer=True)),
         extract_idle_exit_s=_number(env.get("EGRESS_EXTRACT_IDLE_EXIT_S"), "EGRESS_EXTRACT_IDLE_EXIT_S", 60.0),
         audit_http_paths=_switch(env.get("EGRESS_AUDIT_HTTP_PATHS"), "EGRESS_AUDIT_HTTP_PATHS", default=True),
+        secret_env=MappingProxyType(dict(env.items())),
+        inspect_ca_cert=pick("inspect_ca_cert", "EGRESS_INSPECT_CA_CERT"),
+        inspect_ca_key=pick("inspect_ca_key", "EGRESS_INSPECT_CA_KEY"),
+        inspect_leaf_dir=env.get("EGRESS_INSPECT_LEAF_DIR") or None,
     )

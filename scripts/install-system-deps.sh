@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suite drives for real: redis-server and curl; iproute2,
-# nftables and iptables for the transparent-interception tests; dnsmasq for its benchmark.
+# nftables and iptables for the transparent-interception tests; tcpdump for their packet captures
+# (the ground truth of what left the pod); dnsmasq for its benchmark; git, node and npm for the
+# client recipe tests.
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
@@ -13,7 +15,12 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v iptables-restore >/dev/null 2>&1 || need+=(iptables)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
+command -v tcpdump >/dev/null 2>&1 || need+=(tcpdump)
 command -v dnsmasq >/dev/null 2>&1 || need+=(dnsmasq-base)
+# The client recipe tests drive git, node and npm through the proxy as users would.
+command -v git >/dev/null 2>&1 || need+=(git)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
     sudo_cmd=""
     [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"

@@ -38,6 +38,10 @@ LINE_KINDS_BY_TEST: dict[str, set[tuple[str, str]]] = {
         ("decision", "search"),
         ("decision", "run_token"),
     },
+    "tests/integration/test_mcp_http.py::test_a_guessed_bearer_token_on_mcp_is_audited_and_counted_as_on_v1": {
+        ("decision", "mcp")
+    },
+    _AUDIT + "test_the_first_line_of_a_start_is_audit_started": {("audit_started", "")},
     _AUDIT + "test_a_lost_audit_destination_refuses_egress_until_it_can_be_written_again": {("audit_resumed", "")},
     "tests/transparent/test_transparent_tcp.py::test_curl_https_without_proxy_settings_is_forced_through_the_gateway": {
         ("decision", "transparent"),

@@ -1,11 +1,15 @@
 """The policy-aware DNS listener: the pod's queries over UDP and TCP, one port per agent uid.
 
-Owns the sockets and the flow of one query: principal of the port, `judge_query`, the forward to
-the gateway's own upstreams (only for an allowed name), `judge_answer`, truncation for UDP, and
-one audit line (`event: "dns"`) and one count per query. Queries in flight are bounded; past the
-bound a UDP query is dropped (the client retries) and a TCP connection waits.
+Owns the sockets and the flow of one query: principal of the port; for a plain A or AAAA question
+(`wire.read_question`) the answer decided from the gateway's own resolver (`answers.py`); for
+anything else `judge_query`, the forward to the gateway's own upstreams (only for an allowed
+name), `judge_answer` and truncation for UDP; and one audit line (`event: "dns"`) and one count
+per query. Queries in flight are bounded; past the bound a UDP query is dropped (the client
+retries) and a TCP connection waits. A query that cannot be read gets FORMERR (or nothing, without
+even a header) and its audit line, never a traceback.
 
-Never forwards a query the verdict refused, never answers from anything but the upstream's reply.
+Never forwards a query the verdict refused, never answers but from the upstream's reply or the
+gateway's own vetted resolution of the asked name.
 """
 
 from __future__ import annotations
@@ -17,13 +21,18 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from gateway.credentials.guard import OutboundGuard
+from gateway.credentials.screen import RequestFacts
+from gateway.dnsguard.answers import AddressAnswer, AddressAnswers
 from gateway.dnsguard.upstream import Upstream
-from gateway.dnsguard.verdict import fit_udp, judge_answer, judge_query
+from gateway.dnsguard.verdict import fit_udp, judge_answer, judge_query, refused_reply
+from gateway.dnsguard.wire import TYPE_A, TYPE_AAAA, Question, read_question
 from gateway.egress.target import EgressCore
 from gateway.errors import GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.observe.audit_fields import client_fields, new_connection_id
+from gateway.policy.model import LoadedPolicy, Principal
 from gateway.policy.transparent import KNOWN_QUERY_TYPES
 from gateway.settings import ListenAddress
 from gateway.tasks import spawn
@@ -36,10 +45,15 @@ MAX_TCP_MESSAGE_BYTES = 65535
 
 
 class DnsListener:
-    def __init__(self, core: EgressCore, audit: AuditLog, upstream: Upstream) -> None:
+    def __init__(
+        self, core: EgressCore, audit: AuditLog, upstream: Upstream, guard: OutboundGuard | None = None
+    ) -> None:
         self.core = core
         self.audit = audit
         self.upstream = upstream
+        self.guard = guard  # a credential placeholder in a name is refused (issue 26)
+        self.answers = AddressAnswers(core)
+        self._query_counts: dict[tuple[str, str], Any] = {}
         self.in_flight = 0
         self._transports: list[asyncio.BaseTransport] = []
         self._servers: list[asyncio.AbstractServer] = []
@@ -65,6 +79,32 @@ class DnsListener:
             transport.close()
         for server in self._servers:
             server.close()
+        self.upstream.close()
+
+    def answer_remembered(self, data: bytes, uid: int | None, *, tcp: bool, peer: object = None) -> bytes | None:
+        """The reply at once, without a task, when the query is a plain address question whose answer
+        is already decided for the port's principal; None sends it to `answer`."""
+        question = read_question(data)
+        if question is None or question.qtype not in (TYPE_A, TYPE_AAAA):
+            return None
+        loaded = self.core.loaded
+        qtype = "A" if question.qtype == TYPE_A else "AAAA"
+        if qtype not in loaded.policy.transparent.dns_allow_types:
+            return None
+        try:
+            principal = principal_for_port(loaded, uid)
+        except GatewayError:
+            return None
+        remembered = self.answers.remembered(principal, question, loaded.generation)
+        if remembered is None or self._screened_out(principal, question.name, loaded):
+            return None
+        started = time.perf_counter()
+        client = {"conn": new_connection_id(), **client_fields(peer)}
+        self._record_answer(
+            principal.name, question, qtype=qtype, answer=remembered, generation=loaded.generation,
+            started=started, client=client,
+        )  # fmt: skip
+        return remembered.reply(question, tcp=tcp, now=self.answers.clock())
 
     async def answer(self, data: bytes, uid: int | None, *, tcp: bool, peer: object = None) -> bytes | None:
         """The reply to one query (None: nothing can be answered, e.g. not even a header)."""
@@ -81,7 +121,30 @@ class DnsListener:
                 generation=loaded.generation, started=started, client=client,
             )  # fmt: skip
             return None
+        question = read_question(data)
+        if question is not None and question.qtype in (TYPE_A, TYPE_AAAA):
+            qtype = "A" if question.qtype == TYPE_A else "AAAA"
+            if qtype in policy.transparent.dns_allow_types and not self._screened_out(principal, question.name, loaded):
+                answer = self.answers.remembered(principal, question, loaded.generation)
+                if answer is None:
+                    answer = await self.answers.decide(principal, question, loaded)
+                if answer is not None:
+                    self._record_answer(
+                        principal.name, question, qtype=qtype, answer=answer, generation=loaded.generation,
+                        started=started, client=client,
+                    )  # fmt: skip
+                    return answer.reply(question, tcp=tcp, now=self.answers.clock())
         verdict = judge_query(data, policy, principal)
+        if verdict.name and self.guard is not None:
+            facts = RequestFacts("dns", principal.name, "", verdict.name, None)
+            misuse = self.guard.screen_dns_name(facts, policy, principal)
+            if misuse is not None:
+                self._record(
+                    principal.name, verdict.name, verdict.qtype, decision="deny", code=str(misuse.code),
+                    reason=misuse.message, answers=0, generation=loaded.generation, started=started,
+                    rule=misuse.rule, client=client,
+                )  # fmt: skip
+                return refused_reply(data)
         if not verdict.forward:
             self._record(
                 principal.name, verdict.name, verdict.qtype, decision="deny", code=verdict.code,
@@ -117,6 +180,30 @@ class DnsListener:
         )
         return judged.reply if tcp else fit_udp(judged.reply, verdict.udp_limit)
 
+    def _screened_out(self, principal: Principal, name: str, loaded: LoadedPolicy) -> bool:
+        """Whether the credential guard refuses the name: the general path then refuses and says why."""
+        if self.guard is None:
+            return False
+        facts = RequestFacts("dns", principal.name, "", name, None)
+        return self.guard.screen_dns_name(facts, loaded.policy, principal) is not None
+
+    def _record_answer(
+        self,
+        principal: str,
+        question: Question,
+        *,
+        qtype: str,
+        answer: AddressAnswer,
+        generation: int,
+        started: float,
+        client: dict[str, Any],
+    ) -> None:
+        self._record(
+            principal, question.name, qtype, decision="deny" if answer.rcode else "allow", code=answer.code,
+            reason=answer.reason, answers=answer.count(question.qtype), generation=generation, started=started,
+            rule=answer.rule, rule_pattern=answer.rule_pattern, client=client,
+        )  # fmt: skip
+
     def _record(
         self,
         principal: str | None,
@@ -133,7 +220,12 @@ class DnsListener:
         rule_pattern: str | None = None,
         client: dict[str, Any] | None = None,
     ) -> None:
-        metrics.DNS_QUERIES.labels(decision, qtype if qtype in KNOWN_QUERY_TYPES else "OTHER").inc()
+        labels = (decision, qtype if qtype in KNOWN_QUERY_TYPES else "OTHER")
+        count = self._query_counts.get(labels)
+        if count is None:
+            # A child per label pair, remembered: `labels()` per query is a lookup and a lock.
+            count = self._query_counts[labels] = metrics.DNS_QUERIES.labels(*labels)
+        count.inc()
         # A query the upstream failed is the policy's allow with the failure as the outcome.
         self.audit.decision(
             kind="dns",
@@ -164,6 +256,11 @@ class _UdpQueries(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         listener = self.listener
+        reply = listener.answer_remembered(data, self.uid, tcp=False, peer=addr)
+        if reply is not None:
+            if self.transport is not None:
+                self.transport.sendto(reply, addr)
+            return
         if listener.in_flight >= MAX_IN_FLIGHT:
             return
         listener.in_flight += 1

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from dnslib import CLASS, QTYPE, RCODE, DNSError, DNSHeader, DNSQuestion, DNSRecord
 
+from gateway.dnsguard.wire import MAX_LABEL_BYTES, MAX_NAME_BYTES, header_only_reply
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.decide import decide_addresses, decide_destination
 from gateway.policy.model import Policy, Principal
@@ -63,6 +64,29 @@ def _rcode_reply(query: DNSRecord, rcode: int) -> bytes:
     return bytes(reply.pack())
 
 
+def _within_limits(query: DNSRecord) -> bool:
+    """Every question name within RFC 1035's limits (labels of 63 bytes, names of 255 on the wire).
+
+    dnslib reads a longer label or name without complaint but refuses to write one back
+    (DNSLabelError), so a reply echoing such a question would raise inside the handler: the
+    query is refused as malformed before anything is echoed.
+    """
+    for question in query.questions:
+        labels = question.qname.label
+        if (
+            any(len(label) > MAX_LABEL_BYTES for label in labels)
+            or sum(len(x) + 1 for x in labels) + 1 > MAX_NAME_BYTES
+        ):
+            return False
+    return True
+
+
+def refused_reply(data: bytes) -> bytes | None:
+    """REFUSED for a query another check refused (a credential placeholder in its name)."""
+    query = parse_query(data)
+    return None if query is None else _rcode_reply(query, RCODE.REFUSED)
+
+
 def _udp_limit(query: DNSRecord) -> int:
     for record in query.ar:
         if record.rtype == OPT_TYPE:
@@ -99,7 +123,15 @@ def judge_query(data: bytes, policy: Policy, principal: Principal) -> QueryVerdi
     """The verdict on one query from `principal`; malformed input gets FORMERR (or nothing)."""
     query = parse_query(data)
     if query is None:
-        return QueryVerdict("", "", forward=False, code=str(ErrorCode.INVALID_INPUT), reason="malformed DNS message")
+        return QueryVerdict(
+            "", "", forward=False, reply=header_only_reply(data, RCODE.FORMERR),
+            code=str(ErrorCode.INVALID_INPUT), reason="malformed DNS message",
+        )  # fmt: skip
+    if not _within_limits(query):
+        return QueryVerdict(
+            "", "", forward=False, reply=header_only_reply(data, RCODE.FORMERR), code=str(ErrorCode.INVALID_INPUT),
+            reason="a label over 63 bytes or a name over 255 bytes",
+        )  # fmt: skip
     denied_rcode = RCODE.NXDOMAIN if policy.transparent.dns_denied_answer == "nxdomain" else RCODE.REFUSED
     if query.header.qr or query.header.opcode != 0 or len(query.questions) != 1:
         return QueryVerdict(
@@ -195,8 +227,12 @@ def fit_udp(reply: bytes, limit: int) -> bytes:
     """A reply too large for the client's UDP buffer becomes its header and question with TC set."""
     if len(reply) <= limit:
         return reply
-    record = DNSRecord.parse(reply)
-    header = DNSHeader(id=record.header.id, bitmap=record.header.bitmap, tc=1)
-    header.rcode = record.header.rcode
-    questions: list[DNSQuestion] = list(record.questions)
-    return bytes(DNSRecord(header, q=questions[0] if questions else None).pack())
+    try:
+        record = DNSRecord.parse(reply)
+        header = DNSHeader(id=record.header.id, bitmap=record.header.bitmap, tc=1)
+        header.rcode = record.header.rcode
+        questions: list[DNSQuestion] = list(record.questions)
+        return bytes(DNSRecord(header, q=questions[0] if questions else None).pack())
+    except (DNSError, ValueError, IndexError, UnicodeDecodeError):
+        # An upstream reply dnslib cannot read back or write again (DNSLabelError is a DNSError).
+        return (header_only_reply(reply, RCODE.SERVFAIL) or b"")[:12]

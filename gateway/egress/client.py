@@ -25,8 +25,10 @@ from gateway.egress.decompress import BoundedBody
 from gateway.egress.io_errors import mapped_io_errors
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
+from gateway.observe import metrics
 from gateway.policy.decide import vet_url_for
-from gateway.policy.model import FetchSettings, LoadedPolicy, Principal
+from gateway.policy.inspect_decide import RequestFacts, decide_request
+from gateway.policy.model import FetchSettings, LoadedPolicy, Policy, Principal
 from gateway.vet.urls import VettedUrl
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -104,6 +106,9 @@ class GuardedClient:
             try:
                 if hops:
                     vetted = vet_url_for(loaded.policy, next_url, refuse_secrets=request.refuse_secret_params)
+                # An inspected host's request rules, before any byte of this hop is sent (issue 25).
+                if principal.inspect or loaded.policy.defaults.inspect:
+                    judge_outbound(loaded.policy, principal, vetted, method, request.headers)
                 target = await self._core.pin(principal, vetted.host, vetted.port, loaded=loaded)
             except GatewayError as exc:
                 if hops and exc.code in (ErrorCode.UNSAFE_URL, ErrorCode.BLOCKED_DESTINATION, ErrorCode.POLICY_DENIED):
@@ -206,6 +211,19 @@ class GuardedClient:
                         generation=target.generation,
                     )
                     return fetched, location
+
+
+def judge_outbound(
+    policy: Policy, principal: Principal, vetted: VettedUrl, method: str, headers: tuple[tuple[str, str], ...]
+) -> None:
+    """Raise the refusal when an `inspect` entry's rules deny this request (the decision the
+    proxy makes inside terminated TLS and on plain HTTP)."""
+    facts = RequestFacts(vetted.host.name, vetted.port, vetted.scheme == "https", method, vetted.target, headers)
+    verdict = decide_request(policy, principal, facts)
+    if verdict.inspected:
+        metrics.INSPECTED_REQUESTS.labels(verdict.verdict, str(verdict.code or "none")).inc()
+    if verdict.verdict == "deny":
+        raise verdict.refusal()
 
 
 def _declares_pdf(content_type: str | None) -> bool:

@@ -96,7 +96,7 @@ class PinnedDial(Generic[P]):
     No task: uvloop's `create_connection` is a coroutine, stepped here from its waiter's done
     callback, as a Task would step it. A CONNECT's dial then costs no Task, no registration of one
     in asyncio's task set, no done callback and no coroutine frames of ours resumed on each step
-    (about 12 k instructions per tunnel, bench/README.md). Whoever starts a dial keeps a reference
+    (about 12 k instructions per tunnel, bench/HISTORY.md). Whoever starts a dial keeps a reference
     to it until the owner hears the outcome (the tunnel opener's `dialing` set, which its
     listener's shutdown cancels), and `cancel` stops it as a Task is cancelled: the half-made
     connection is closed by the loop's own handler for the CancelledError at its await.
@@ -263,11 +263,16 @@ class _TaskTimer:
 
 
 async def open_pinned_connection(
-    target: PinnedTarget, protocol_factory: Callable[[], P], *, timeout_s: float
+    target: PinnedTarget,
+    protocol_factory: Callable[[], P],
+    *,
+    timeout_s: float,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[asyncio.Transport, P, str]:
     """Dial the vetted addresses in order; return the first that answers and the address used.
 
-    Each address gets `timeout_s` (a loop timer). For callers that run in a task of their own (the
+    Each address gets `timeout_s` (a loop timer), the TLS handshake included when `tls` is
+    given (then verified for the target's name). For callers that run in a task of their own (the
     forward dispatcher's fresh connections, the transparent listener): they await uvloop's
     `create_connection` directly. Awaiting a `PinnedDial` instead would add a wake-up per dial
     (the dial's callback, then the task's): 67.5 → 87.4 k instructions per dial, measured.
@@ -283,7 +288,14 @@ async def open_pinned_connection(
         cancelling = task.cancelling()
         timer.start(timeout_s)
         try:
-            transport, protocol = await loop.create_connection(protocol_factory, host=text, port=target.port)
+            if tls is None:
+                transport, protocol = await loop.create_connection(protocol_factory, host=text, port=target.port)
+            else:
+                # TLS to the vetted address, verified for the name it was vetted as (an inspected
+                # host's upstream: the gateway's own trust store, never the interception CA).
+                transport, protocol = await loop.create_connection(
+                    protocol_factory, host=text, port=target.port, ssl=tls, server_hostname=target.name
+                )
         except asyncio.CancelledError:
             # Ours only if the deadline passed and no one else asked for cancellation too.
             if not timer.timed_out or task.uncancel() > cancelling:

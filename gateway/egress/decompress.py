@@ -126,3 +126,46 @@ class BoundedBody:
 
     def result(self) -> bytes:
         return b"".join(self._parts)
+
+
+RATIO_FLOOR_BYTES = 64 * 1024
+
+
+class StreamingDecode:
+    """Decodes a body chunk by chunk up to `max_decoded_bytes`, then stops: for a scanner that
+    reads only a window of a request body (`gateway/scan/`), the rest is never inflated. Also
+    stops when the output outgrows `max_ratio` times the input, so a bomb costs
+    no more CPU than the window it fills (the first `RATIO_FLOOR_BYTES` are always allowed: a
+    short, very repetitive body is legitimately past any ratio). Raises unsupported_content on an unknown or corrupt
+    encoding."""
+
+    def __init__(self, content_encoding: str | None, *, max_decoded_bytes: int, max_ratio: int = 1000) -> None:
+        encodings = [e.strip().lower() for e in (content_encoding or "").split(",") if e.strip()]
+        if len(encodings) > 2:
+            raise GatewayError(ErrorCode.UNSUPPORTED_CONTENT, "more than two stacked Content-Encodings")
+        self._decoders = [_decoder_for(e) for e in reversed(encodings)]
+        self._max_decoded = max_decoded_bytes
+        self._max_ratio = max_ratio
+        self.wire_bytes = 0
+        self.decoded_bytes = 0
+        self.capped = False  # the window (or the ratio) was reached: nothing more is decoded
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self.capped:
+            return b""
+        self.wire_bytes += len(chunk)
+        allowed = self._max_ratio * self.wire_bytes + RATIO_FLOOR_BYTES
+        room = min(self._max_decoded, allowed) - self.decoded_bytes
+        data = chunk
+        try:
+            for decoder in self._decoders:
+                data = decoder.feed(data, max(room, 0))
+        except (zlib.error, brotli.error) as exc:
+            raise GatewayError(
+                ErrorCode.UNSUPPORTED_CONTENT, f"corrupt compressed body ({exc.__class__.__name__})"
+            ) from None
+        if len(data) > room or any(decoder.holds_output() for decoder in self._decoders):
+            data = data[: max(room, 0)]
+            self.capped = True
+        self.decoded_bytes += len(data)
+        return data

@@ -173,7 +173,10 @@ class Resolver:
         if not addresses:
             errors = [e for e in (err4, err6) if e is not None and e != pycares.errno.ARES_ENODATA]
             reason = _FAILURE_REASONS.get(errors[0], f"resolver error {errors[0]}") if errors else "no A/AAAA answer"
-            raise GatewayError(ErrorCode.DNS_FAILURE, f"DNS lookup for {name} failed: {reason}")
+            # NXDOMAIN and an empty answer say the same thing on a retry (the name is wrong);
+            # SERVFAIL, REFUSED and timeouts may pass.
+            permanent = not errors or errors[0] == pycares.errno.ARES_ENOTFOUND
+            raise GatewayError(ErrorCode.DNS_FAILURE, f"DNS lookup for {name} failed: {reason}", permanent=permanent)
         ttls = [t for t, got in ((ttl4, v4), (ttl6, v6)) if got]
         resolution = Resolution(name, addresses, chain, min(ttls), duration)
         self._store(resolution)

@@ -238,8 +238,10 @@ class EgressCore:
                 # The name was allowed; it only has no usable address (the line keeps its rule).
                 raise GatewayError(vetted.code, vetted.reason, rule=rule, rule_pattern=rule_pattern)
             # A name with no usable address cannot be "allowed anyway", even in report mode.
+            refusal = vetted.to_error()
+            refusal.addresses = tuple(str(address) for address in addresses)
             if not verdict.report:
-                raise vetted.to_error()
-            would_deny = vetted.to_error()
+                raise refusal
+            would_deny = refusal
             rule, rule_pattern = vetted.rule, vetted.pattern
         return PinnedTarget(host, port, addresses, loaded.generation, dns_s, would_deny, rule, rule_pattern)

@@ -1,7 +1,7 @@
 """The JSON audit log: the line schema (version `audit_fields.SCHEMA_VERSION`), its builders, and fail-closed writing.
 
 Every line starts with `time` (RFC 3339 UTC with microseconds), `schema` and `event`; the fields
-are listed in the README's audit section and in `audit.schema.json` beside this module. Fields
+are listed in docs/reference/audit-log.md and in `audit.schema.json` beside this module. Fields
 are chosen for security review: who, what kind, which host and port, which addresses, the policy
 verdict (`decision`) apart from what then happened (`outcome`), the policy generation, durations
 and byte counts. Never a query string, never a search query, never a credential or key.
@@ -242,6 +242,12 @@ class AuditLog:
         self.write("audit_resumed", dropped=dropped, failed_for_s=round(failed_for_s, 3))
         self.flush()
 
+    def started(self, generation: int) -> None:
+        """The daemon's first line, written through at once: the proof that the destination takes
+        writes before anything is served (a failure is recorded as any failed write is)."""
+        self.write("audit_started", generation=generation)
+        self.flush()
+
     def reopen(self) -> None:
         """Reopen the file (SIGHUP/SIGUSR1, after logrotate moved it) and write what is held."""
         if self._sink is None:
@@ -287,7 +293,9 @@ class AuditLog:
         if decision == "deny" and code is not None:
             decision = verdict_of_failure(code, rule)
             outcome = outcome or outcome_for_code(code)
-            if code == ErrorCode.AUTH_REQUIRED:
+            # A forged or contradicted run token is a wrong credential too: guessing run tokens
+            # must show on the same counter (and alert) as guessing bearer tokens.
+            if code in (ErrorCode.AUTH_REQUIRED, ErrorCode.INVALID_RUN_TOKEN):
                 self._counter(metrics.AUTH_FAILURES, (kind,)).value += 1
         if rule is None and code is not None and decision in ("deny", "would_deny"):
             rule = rule_for_code(code)

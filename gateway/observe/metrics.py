@@ -174,7 +174,7 @@ LISTENER_REFUSED = Counter(
 # On the loop: an agent retrying with a wrong credential counts one per attempt.
 AUTH_FAILURES = LoopCounter(
     "egress_gateway_auth_failures_total",
-    "Requests refused for a missing or wrong credential, by kind.",
+    "Requests refused for a missing or wrong credential (bearer or run token), by kind.",
     ["kind"],
     registry=REGISTRY,
 )
@@ -201,6 +201,58 @@ TUNNEL_LIMIT_HITS = Counter(
     "egress_gateway_tunnel_limit_hits_total",
     "CONNECT requests refused by a tunnel limit, by scope (gateway, principal).",
     ["scope"],
+    registry=REGISTRY,
+)
+SCAN_FINDINGS = Counter(
+    "egress_gateway_scan_findings_total",
+    "Outbound secret-scanner findings by tier (1 held values and placeholders, 2 token formats, 3 broader), "
+    "action taken (deny, report) and where they were found (url, header, body, query, dns).",
+    ["tier", "action", "where"],
+    registry=REGISTRY,
+)
+SCAN_SKIPPED_BYTES = Counter(
+    "egress_gateway_scan_unscanned_bodies_total",
+    "Request bodies the scanner stopped reading at its window (the rest was sent unscanned), by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+# Credential names are never labels (a policy may list hundreds, and a name says what an agent
+# can reach): injections and scrubs are counted by how, the audit line names which.
+CREDENTIAL_INJECTIONS = Counter(
+    "egress_gateway_credential_injections_total",
+    "Real credential values injected into inspected requests, by injection kind (bearer, basic, header).",
+    ["inject"],
+    registry=REGISTRY,
+)
+CREDENTIAL_SCRUBS = Counter(
+    "egress_gateway_credential_scrubs_total",
+    "Real credential values replaced by their placeholder in responses of bound hosts (head and body window), "
+    "by where (response).",
+    ["where"],
+    registry=REGISTRY,
+)
+INSPECTED_REQUESTS = LoopCounter(
+    "egress_gateway_inspected_requests_total",
+    "Requests judged by inspect rules (inside terminated TLS, plain HTTP, web_fetch), by decision (allow, deny, "
+    "would_deny) and code (the refusal's code, `none` for allow).",
+    ["decision", "code"],
+    registry=REGISTRY,
+)
+INSPECT_HANDSHAKE_FAILURES = Counter(
+    "egress_gateway_inspect_handshake_failures_total",
+    "Terminations of an inspected host that failed before any request, by code (tls_untrusted, "
+    "inspection_unsupported, host_mismatch, invalid_input).",
+    ["code"],
+    registry=REGISTRY,
+)
+INSPECT_LEAF_MINTS = Counter(
+    "egress_gateway_inspect_leaf_mints_total",
+    "Leaf certificates minted for inspected hosts.",
+    registry=REGISTRY,
+)
+INSPECT_LEAF_CACHE = Gauge(
+    "egress_gateway_inspect_leaf_cache_hosts",
+    "Inspected hosts whose server TLS context is cached.",
     registry=REGISTRY,
 )
 BUILD_INFO = Gauge(

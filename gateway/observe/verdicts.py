@@ -1,7 +1,7 @@
 """The vocabulary of audit lines: the policy verdict of a code, what happened after it, the rule a refusal names.
 
 Pure tables and functions over error codes and close reasons, shared by the audit log and the
-surfaces that count decisions (proxy, tools API). The README's audit section lists every value.
+surfaces that count decisions (proxy, tools API). docs/reference/audit-log.md lists every value.
 Never writes a line, never touches a metric.
 """
 
@@ -25,6 +25,8 @@ POLICY_CODES: frozenset[str] = frozenset(
         ErrorCode.INVALID_RUN_TOKEN,
         "destination_mismatch",
         "protocol_unknown",
+        ErrorCode.CREDENTIAL_MISUSE,
+        ErrorCode.SECRET_DETECTED,
     }
 )
 # What happened after the verdict, by error code (anything unlisted is `error`).
@@ -58,7 +60,7 @@ _OUTCOME_BY_CLOSE: dict[str, str] = {
     "draining": "shutdown",
     "shutdown": "shutdown",
 }
-# The rule a refusal names when its caller knew no more precise one (README, audit section):
+# The rule a refusal names when its caller knew no more precise one (docs/reference/audit-log.md):
 # the check that refused, by its code.
 _RULE_BY_CODE: dict[str, str] = {
     ErrorCode.AUTH_REQUIRED: "credentials",
@@ -74,6 +76,8 @@ _RULE_BY_CODE: dict[str, str] = {
     ErrorCode.INVALID_RUN_TOKEN: "run_tokens",
     ErrorCode.DESTINATION_MISMATCH: "transparent.destination",
     ErrorCode.PROTOCOL_UNKNOWN: "transparent.raw_tcp",
+    ErrorCode.CREDENTIAL_MISUSE: "credentials",
+    ErrorCode.SECRET_DETECTED: "scan",
 }
 OUTCOMES: frozenset[str] = frozenset(
     {"ok", "denied", "error", "limit", "shutdown", "audit_unavailable"}

@@ -24,7 +24,7 @@ class Decision:
     code: ErrorCode | None
     reason: str
     # The rule that decided, for the audit line: `allow_domains[2]` and its pattern `*.github.com`
-    # (the README's audit section lists every rule name).
+    # (docs/reference/audit-log.md lists every rule name).
     rule: str | None = None
     pattern: str | None = None
 
@@ -64,6 +64,30 @@ def authenticate(policy: Policy, user: str | None, token: str | None) -> Princip
     if match is None or (user is not None and user != match.name):
         raise GatewayError(ErrorCode.AUTH_REQUIRED, "the credential is not valid")
     return match
+
+
+def authenticate_bound(policy: Policy, user: str | None, token: str | None, peer_uid: int | None) -> Principal:
+    """`authenticate`, with the identity of a uid the policy binds (`transparent.principals`).
+
+    A listed uid is its principal on every listener (docs/guides/enforced-sidecar.md, identity):
+    without a credential it is that principal, not the default one, and a credential naming
+    another principal is refused, so an agent cannot borrow one through the gateway's own
+    loopback listeners. Any other uid (or a peer whose uid is unknown) authenticates as before.
+    """
+    bound = next((name for uid, name in policy.transparent.principals if uid == peer_uid), None)
+    if bound is None or bound not in policy.principals:
+        return authenticate(policy, user, token)
+    if token is None:
+        return policy.principals[bound]
+    principal = authenticate(policy, user, token)
+    if principal.name != bound:
+        raise GatewayError(
+            ErrorCode.POLICY_DENIED,
+            f"uid {peer_uid} is bound to principal {bound!r}; a credential of {principal.name!r} is refused",
+            rule="transparent.principals",
+            rule_pattern=str(peer_uid),
+        )
+    return principal
 
 
 def glob_matches(glob: str, name: str) -> bool:
@@ -163,7 +187,8 @@ def decide_addresses(
         if not verdict.allowed:
             return Decision.deny(
                 ErrorCode.BLOCKED_DESTINATION,
-                f"{host_name} resolves to {verdict.reason}",
+                # "NAME resolves to a denied address: 169.254.169.254 is in 169.254.0.0/16 (...)"
+                f"{host_name} resolves to a denied address: {verdict.reason}",
                 verdict.rule,
                 verdict.pattern,
             )

@@ -18,8 +18,11 @@ from typing import Any, TypeVar
 import idna
 import yaml
 
+from gateway.policy.credentials import parse_credentials, parse_scan
+from gateway.policy.inspect_load import parse_inspect
 from gateway.policy.model import (
     Budgets,
+    CredentialSettings,
     Defaults,
     EgressRule,
     FetchSettings,
@@ -184,7 +187,7 @@ class _Reader:
             else:
                 choices = _CHOICES.get(key)
                 # YAML 1.1 reads an unquoted `off` (or `on`, `yes`, `no`) as a boolean; a choice
-                # written that way means the word, as the README writes it (`sni: off`).
+                # written that way means the word, as the policy reference writes it (`sni: off`).
                 if choices and isinstance(value_node, yaml.ScalarNode) and value_node.value in choices:
                     changes[key] = value_node.value
                     continue
@@ -247,7 +250,7 @@ def _tool_budget(reader: _Reader, node: yaml.Node, where: str, base: ToolLimits)
 
 def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
     where = f"principals.{name}"
-    items = reader.mapping(node, where, {"token_sha256", "egress", "tools", "budgets", "mode"})
+    items = reader.mapping(node, where, {"token_sha256", "egress", "tools", "budgets", "mode", "inspect", "scan"})
     principal = Principal(name=name)
     token = None
     if "token_sha256" in items:
@@ -309,7 +312,18 @@ def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
             else budgets.fetch,
         )
     mode = reader.choice(items["mode"], f"{where}.mode", ("enforce", "report")) if "mode" in items else None
-    return replace(principal, token_sha256=token, egress=egress, tools=tools, budgets=budgets, mode=mode)  # type: ignore[arg-type]
+    scan = parse_scan(reader, items["scan"], f"{where}.scan") if "scan" in items else None
+    inspect = parse_inspect(reader, items["inspect"], f"{where}.inspect", "inspect") if "inspect" in items else ()
+    return replace(
+        principal,
+        token_sha256=token,
+        egress=egress,
+        tools=tools,
+        budgets=budgets,
+        mode=mode,  # type: ignore[arg-type]
+        inspect=inspect,
+        scan=scan,
+    )
 
 
 def _orchestrators(reader: _Reader, node: yaml.Node, principals: dict[str, Principal]) -> dict[str, Orchestrator]:
@@ -345,7 +359,9 @@ def _orchestrators(reader: _Reader, node: yaml.Node, principals: dict[str, Princ
 
 
 def _defaults(reader: _Reader, node: yaml.Node) -> Defaults:
-    items = reader.mapping(node, "defaults", {"mode", "ports", "literal_ips", "allow_cidrs", "deny_cidrs"})
+    items = reader.mapping(
+        node, "defaults", {"mode", "ports", "literal_ips", "allow_cidrs", "deny_cidrs", "inspect", "scan"}
+    )
     defaults = Defaults()
     changes: dict[str, Any] = {}
     if "mode" in items:
@@ -363,6 +379,10 @@ def _defaults(reader: _Reader, node: yaml.Node) -> Defaults:
         changes["allow_cidrs"] = reader.cidrs(items["allow_cidrs"], "defaults.allow_cidrs")
     if "deny_cidrs" in items:
         changes["deny_cidrs"] = reader.cidrs(items["deny_cidrs"], "defaults.deny_cidrs")
+    if "scan" in items:
+        changes["scan"] = parse_scan(reader, items["scan"], "defaults.scan")
+    if "inspect" in items:
+        changes["inspect"] = parse_inspect(reader, items["inspect"], "defaults.inspect", "defaults.inspect")
     return replace(defaults, **{k: v for k, v in changes.items() if v is not None})
 
 
@@ -390,7 +410,17 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     top = reader.mapping(
         root,
         "policy",
-        {"version", "defaults", "principals", "fetch", "search", "proxy", "transparent", "orchestrators"},
+        {
+            "version",
+            "defaults",
+            "principals",
+            "fetch",
+            "search",
+            "proxy",
+            "transparent",
+            "orchestrators",
+            "credentials",
+        },
     )
     version = reader.integer(top["version"], "version", 1, 1) if "version" in top else None
     if "version" not in top:
@@ -417,6 +447,9 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     transparent = (
         parse_transparent(reader, top["transparent"], principals) if "transparent" in top else TransparentSettings()
     )
+    credentials = (
+        parse_credentials(reader, top["credentials"], principals) if "credentials" in top else CredentialSettings()
+    )
     if reader.errors:
         raise PolicyError(reader.errors)
     assert version is not None
@@ -430,12 +463,16 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         source,
         transparent=transparent,
         orchestrators=orchestrators,
+        credentials=credentials,
     )
 
 
 def load_policy_file(path: str | os.PathLike[str]) -> Policy:
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError([f"{path}:0: cannot read the policy file ({exc.__class__.__name__}: {exc})"]) from None
+    except OSError as exc:
+        # No line to point at: `file: reason`, in the OS's words ("No such file or directory").
+        raise PolicyError([f"{path}: cannot read the policy file: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise PolicyError([f"{path}: cannot read the policy file: not UTF-8 text (byte {exc.start})"]) from None
     return parse_policy(text, str(path))

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gateway.policy.request_rules import InspectEntry
 from gateway.vet.addresses import IPAddress, IPNetwork
 
 Mode = Literal["enforce", "report"]
@@ -17,6 +18,9 @@ SniMode = Literal["require", "match-if-present", "off"]
 RobotsMode = Literal["respect", "ignore"]
 DestinationMode = Literal["follow-name", "strict"]
 DnsDeniedAnswer = Literal["nxdomain", "refused"]
+ScanAction = Literal["deny", "report", "off"]
+InjectionKind = Literal["bearer", "basic", "header"]
+SecretSourceKind = Literal["env", "file"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,98 @@ class Budgets:
     fetch: ToolLimits = DEFAULT_FETCH_BUDGET
 
 
+DEFAULT_SCAN_WINDOW_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ScanSettings:
+    """A `scan:` section (per principal, or in `defaults`): each tier's action and the body window.
+
+    Tier 1 is the exact values the gateway holds (real secrets and their placeholders), tier 2
+    high-confidence prefixed token formats, tier 3 a broader set and high-entropy URL parts. A
+    placeholder outside its binding is refused whatever tier 1 says (`credential_misuse`)."""
+
+    tier1: ScanAction = "deny"
+    tier2: ScanAction = "deny"
+    tier3: ScanAction = "report"
+    body_window_bytes: int = DEFAULT_SCAN_WINDOW_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class SecretSource:
+    """Where a real value is read from: a variable of the gateway's environment or a file (a
+    mounted Secret), never the policy text itself."""
+
+    kind: SecretSourceKind
+    name: str  # the variable's name, or the file's path
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceholderShape:
+    """A shape-preserving placeholder: `prefix`, the marker `egph`, then letters and digits up
+    to `length` characters, for SDKs that check a key's format before sending it."""
+
+    prefix: str
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """Where the real value goes on a bound request: `Authorization: Bearer <value>`, Basic with
+    the value as password (`username` as the user), or the value alone in the named header."""
+
+    kind: InjectionKind
+    header: str = "authorization"  # lower case; `header` injections name their own
+    username: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialBinding:
+    """Where a credential may be used: https only, hosts (globs), ports, optional methods and
+    path globs (`*` inside one segment, `**` across), and the principals allowed (empty: all)."""
+
+    hosts: tuple[str, ...]
+    ports: tuple[int, ...] = (443,)
+    methods: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+    principals: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialRule:
+    """One `credentials.entries` item: the name audit lines use, the value's source, the
+    placeholder's shape, where the value is injected, what it is bound to, and `require`
+    (a request to a bound host without the placeholder is refused)."""
+
+    name: str
+    source: SecretSource
+    inject: Injection
+    bind: CredentialBinding
+    require: bool = False
+    shape: PlaceholderShape | None = None
+    agent_env: str = ""  # the variable the agent reads the placeholder from
+
+    @property
+    def agent_variable(self) -> str:
+        """`agent_env`, else the source's variable name, else the name in upper case."""
+        if self.agent_env:
+            return self.agent_env
+        if self.source.kind == "env":
+            return self.source.name
+        return "".join(c if c.isalnum() else "_" for c in self.name.upper())
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialSettings:
+    """The `credentials:` section: the key placeholders are derived from, and the entries."""
+
+    placeholder_key: SecretSource | None = None
+    entries: tuple[CredentialRule, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     name: str
@@ -119,6 +215,9 @@ class Principal:
     tools: ToolSwitches = field(default_factory=ToolSwitches)
     budgets: Budgets = field(default_factory=Budgets)
     mode: Mode | None = None
+    scan: ScanSettings | None = None  # None: the defaults' `scan:` (or scanning off)
+    # Hosts whose requests are judged one by one (issue 25); first matching entry wins.
+    inspect: tuple[InspectEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +245,9 @@ class Defaults:
     literal_ips: Literal["deny", "allow"] = "deny"
     allow_cidrs: tuple[IPNetwork, ...] = ()
     deny_cidrs: tuple[IPNetwork, ...] = ()
+    scan: ScanSettings | None = None  # None: tiers 2 and 3 off unless a principal sets `scan:`
+    # Inspect entries every principal has, after its own.
+    inspect: tuple[InspectEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +332,7 @@ class Policy:
     source: str = "<memory>"
     orchestrators: dict[str, Orchestrator] = field(default_factory=dict)
     transparent: TransparentSettings = field(default_factory=TransparentSettings)
+    credentials: CredentialSettings = field(default_factory=CredentialSettings)
 
     @property
     def default_principal(self) -> Principal | None:
@@ -237,6 +340,10 @@ class Policy:
 
     def mode_for(self, principal: Principal) -> Mode:
         return principal.mode or self.defaults.mode
+
+    def scan_for(self, principal: Principal) -> ScanSettings | None:
+        """The principal's scan settings, else the defaults', else None (tiers 2 and 3 off)."""
+        return principal.scan or self.defaults.scan
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit_fields import connection_fields
+from gateway.policy.inspect_decide import inspects_host
 from gateway.proxy.connection_deadlines import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.exchange import NOT_PAUSED, ForwardExchange, PauseReason
@@ -311,6 +312,12 @@ class ClientConnection(asyncio.Protocol):
         except GatewayError as error:
             self._answer_and_close(error)
             return
+        policy = request.loaded.policy
+        if request.principal.inspect or policy.defaults.inspect or policy.credentials.entries:
+            loaded, principal = request.loaded, request.principal
+            if inspects_host(loaded.policy, principal, request.host.name, request.port, tls=True):
+                self._begin_inspection(request, head.rest)
+                return
         # Reading continues while the upstream is dialed (no pause/resume pair per tunnel);
         # data_received holds whatever arrives until the tunnel exists.
         self._connecting = True
@@ -322,6 +329,77 @@ class ClientConnection(asyncio.Protocol):
             spawn(self._resolve_then_dial(request), name="proxy-connect", loop=self.server.loop)
             return
         self._dial_upstream(request)
+
+    # inspection (issue 25) ---------------------------------------------------------------------
+    def _begin_inspection(self, request: TunnelRequest, early: bytes) -> None:
+        """A CONNECT to a host an `inspect` entry names: TLS is terminated, never spliced."""
+        opener = self.server.tunnels
+        if self.server.inspection is None:
+            opener.release(request.principal.name)
+            error = GatewayError(
+                ErrorCode.INSPECTION_UNSUPPORTED,
+                f"{request.host.name} is inspected but no interception CA is configured (EGRESS_INSPECT_CA_CERT)",
+            )
+            opener.decisions.record_deny(
+                "connect",
+                request.principal.name,
+                request.host.name,
+                request.port,
+                error=error,
+                generation=request.loaded.generation,
+                client=self.audit_fields,
+            )
+            self._answer_and_close(error)
+            return
+        self._connecting = True
+        self._early += early
+        if request.target is None:
+            self._deadline.clear()
+            spawn(self._resolve_then_inspect(request), name="proxy-inspect", loop=self.server.loop)
+            return
+        self._hand_to_inspection(request)
+
+    async def _resolve_then_inspect(self, request: TunnelRequest) -> None:
+        try:
+            request = await self.server.tunnels.resolve(request)
+        except GatewayError as error:
+            self._connect_failed(error)
+            return
+        self._hand_to_inspection(request)
+
+    def _hand_to_inspection(self, request: TunnelRequest) -> None:
+        # Inspected requests are limited per request (the pool, the deadlines), not as a tunnel.
+        opener = self.server.tunnels
+        opener.release(request.principal.name)
+        self._connecting = False
+        service = self.server.inspection
+        if self._closed or service is None:
+            return
+        assert request.target is not None
+        opener.decisions.record_allow("connect", request.principal, request.target, client=self.audit_fields)
+        conn = self.audit_fields.get("conn")
+        established = (
+            b"HTTP/1.1 200 Connection Established\r\n"
+            + (b"X-Egress-Id: " + conn.encode("ascii") + b"\r\n" if isinstance(conn, str) else b"")
+            + b"\r\n"
+        )
+        # This protocol is done; the inspected connection owns the transport from here.
+        self._closed = True
+        self._framing = None
+        self.server.connections.discard(self)
+        self._deadline.cancel()
+        early, self._early = self._early, b""
+        if len(early) > MAX_PEEK_BYTES:
+            self.transport.resume_reading()
+        service.take_over(
+            self.transport,
+            principal=request.principal.name,
+            host=request.host.name,
+            port=request.port,
+            early=early,
+            audit_fields=self.audit_fields,
+            preface=established,
+        )
 
     async def _resolve_then_dial(self, request: TunnelRequest) -> None:
         try:

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import time
 
+from gateway.credentials.guard import OutboundGuard, content_encoding
+from gateway.credentials.screen import RequestFacts as OutboundFacts
+from gateway.credentials.screen import scan_settings_for
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
+from gateway.policy.inspect_decide import RequestFacts, decide_request
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.decision_caches import (
     MAX_CACHED_TARGETS,
@@ -102,10 +106,19 @@ def _upstream_head(exchange: ForwardExchange, forward: ForwardTarget) -> bytes:
 class ForwardDispatcher:
     """Shared by every client connection of a listener: the decision and the upstream choice."""
 
-    def __init__(self, core: EgressCore, decisions: ProxyDecisions, pool: UpstreamPool) -> None:
+    # What the outbound guard is told about these requests: plain HTTP here (a credential's
+    # binding never holds for it); the inspected dispatcher's are https.
+    outbound_scheme = "http"
+    outbound_kind = "http"
+
+    def __init__(
+        self, core: EgressCore, decisions: ProxyDecisions, pool: UpstreamPool, guard: OutboundGuard | None = None
+    ) -> None:
         self.core = core
         self.decisions = decisions
         self.pool = pool
+        # The outbound secret scan and placeholder check (issue 26); None: nothing to look for.
+        self.guard = guard
         # The audit lines' `path` of each origin-form target, as `ProxyDecisions` remembers the
         # targets themselves (the same bound): decoding and splitting it costs 4 k instructions.
         self._audit_paths: BoundedMemo[bytes, str] = BoundedMemo(MAX_CACHED_TARGETS)
@@ -123,7 +136,8 @@ class ForwardDispatcher:
                 self._deny(exchange, error, loaded, kept.principal, kept.forward)
                 return
             if holds:
-                self._send(exchange, kept.principal, kept.forward, kept.target, loaded)
+                if self.guard is None or self._screen_head(exchange, kept.principal, kept.forward, loaded):
+                    self._send(exchange, kept.principal, kept.forward, kept.target, loaded)
                 return
         principal: Principal | None = None
         forward: ForwardTarget | None = None
@@ -134,6 +148,8 @@ class ForwardDispatcher:
         except GatewayError as error:
             claimed = self.decisions.claimed_principal(authorization) if principal is None else None
             self._deny(exchange, error, loaded, principal, forward, claimed=claimed)
+            return
+        if self.guard is not None and not self._screen_head(exchange, principal, forward, loaded):
             return
         if target is None:
             spawn(self._pin_then_send(exchange, principal, forward, loaded), name="proxy-forward")
@@ -164,7 +180,79 @@ class ForwardDispatcher:
         )
         self._send(exchange, principal, forward, target, loaded)
 
+    def _screen_head(
+        self, exchange: ForwardExchange, principal: Principal, forward: ForwardTarget, loaded: LoadedPolicy
+    ) -> bool:
+        """The URL and header fields scanned before anything is sent, and the body's scan set up
+        (it reads the body as it arrives; `_send` waits for its verdict). False: refused."""
+        guard = self.guard
+        assert guard is not None
+        policy = loaded.policy
+        path = forward.origin_form.partition(b"?")[0].decode("latin-1")
+        method = self.decisions.method_name(exchange.method)
+        facts = OutboundFacts(
+            self.outbound_kind, principal.name, self.outbound_scheme, forward.host.name, forward.port, method, path
+        )
+        refusal = guard.screen_request(
+            facts, policy, principal, url=exchange.url, fields=exchange.fields, generation=loaded.generation
+        )
+        if refusal is None and self.outbound_scheme == "https" and guard.held.by_name:
+            # Inside the binding: the placeholder becomes the real value, and the response is
+            # scrubbed of it on its way back (`forward.UpstreamConnection.data_received`).
+            try:
+                exchange.fields = guard.inject(facts, exchange.fields, loaded.generation)
+            except GatewayError as error:
+                refusal = error
+            else:
+                exchange.scrubber = guard.scrubber(facts, scan_settings_for(policy, principal).body_window_bytes)
+        if refusal is not None:
+            self._deny(exchange, refusal, loaded, principal, forward)
+            return False
+        if not exchange.body_done:
+            exchange.body_guard = guard.body(facts, policy, principal, content_encoding(exchange.fields))
+        return True
+
     def _send(
+        self,
+        exchange: ForwardExchange,
+        principal: Principal,
+        forward: ForwardTarget,
+        target: PinnedTarget,
+        loaded: LoadedPolicy,
+    ) -> None:
+        if (principal.inspect or loaded.policy.defaults.inspect) and not self.judge_plain(
+            exchange, principal, forward, loaded
+        ):
+            return
+        body_guard = exchange.body_guard
+        if body_guard is not None:
+            if not body_guard.settled:
+                # Held until the scan window is read or the body ends (`ForwardExchange._body_read`).
+                exchange.body_screened = lambda: self._send_screened(exchange, principal, forward, target, loaded)
+                return
+            self._send_screened(exchange, principal, forward, target, loaded)
+            return
+        self._send_now(exchange, principal, forward, target, loaded)
+
+    def _send_screened(
+        self,
+        exchange: ForwardExchange,
+        principal: Principal,
+        forward: ForwardTarget,
+        target: PinnedTarget,
+        loaded: LoadedPolicy,
+    ) -> None:
+        body_guard = exchange.body_guard
+        exchange.body_guard = None
+        if exchange.client.closed or body_guard is None:
+            return
+        refusal = body_guard.verdict(loaded.generation)
+        if refusal is not None:
+            self._deny(exchange, refusal, loaded, principal, forward)
+            return
+        self._send_now(exchange, principal, forward, target, loaded)
+
+    def _send_now(
         self,
         exchange: ForwardExchange,
         principal: Principal,
@@ -210,6 +298,40 @@ class ForwardDispatcher:
             spawn(self._send_on_fresh_connection(exchange, head, settings.connect_timeout_s), name="proxy-dial")
             return
         upstream.start(exchange, head)
+
+    def judge_plain(
+        self, exchange: ForwardExchange, principal: Principal, forward: ForwardTarget, loaded: LoadedPolicy
+    ) -> bool:
+        """The inspect rules on a plain HTTP request to a host an entry names (issue 25): the
+        same decision as inside terminated TLS. False when it is refused (answered here)."""
+        facts = RequestFacts(
+            forward.host.name,
+            forward.port,
+            False,
+            self.decisions.method_name(exchange.method),
+            forward.origin_form.decode("latin-1"),
+            tuple((name.decode("latin-1"), value.decode("latin-1")) for name, value in exchange.headers),
+        )
+        verdict = decide_request(loaded.policy, principal, facts)
+        if not verdict.inspected:
+            return True
+        metrics.INSPECTED_REQUESTS.labels(verdict.verdict, str(verdict.code or "none")).inc()
+        if verdict.verdict != "deny":
+            return True
+        error = verdict.refusal()
+        self.decisions.record_deny(
+            "http",
+            principal.name,
+            forward.host.name,
+            forward.port,
+            error=error,
+            generation=loaded.generation,
+            client=exchange.client.audit_fields,
+            method=facts.method,
+            path=verdict.path,
+        )
+        exchange.client.refuse_exchange(exchange, error)
+        return False
 
     def _audit_path(self, origin_form: bytes) -> str | None:
         path = self.decisions.audit.http_path(origin_form)

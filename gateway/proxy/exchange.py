@@ -25,6 +25,10 @@ from gateway.policy.model import Principal, ProxySettings
 from gateway.proxy.request_head import request_fields
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gateway.credentials.guard import BodyGuard
+    from gateway.credentials.inject import Scrubber
     from gateway.proxy.decision_caches import RequestLines
     from gateway.proxy.dispatch import KeptDecision
     from gateway.proxy.forward import UpstreamConnection
@@ -86,6 +90,8 @@ class ForwardExchange:
     __slots__ = (
         "authorization",
         "body_done",
+        "body_guard",
+        "body_screened",
         "bytes_down",
         "bytes_up",
         "chunked_request",
@@ -103,6 +109,7 @@ class ForwardExchange:
         "principal_rule",
         "request_head",
         "retried",
+        "scrubber",
         "settings",
         "started",
         "status",
@@ -153,6 +160,12 @@ class ForwardExchange:
         self.principal = ""
         self.principal_rule: Principal | None = None  # what the decision was made for (live permission)
         self.target: PinnedTarget | None = None
+        # The outbound scan of its body (issue 26): while set, the request is held (nothing sent
+        # upstream) until the window is read or the body ends; `body_screened` then continues.
+        self.body_guard: BodyGuard | None = None
+        self.body_screened: Callable[[], None] | None = None
+        # Replaces a bound credential's real value in the response (issue 26); None: nothing to.
+        self.scrubber: Scrubber | None = None
 
     @property
     def headers(self) -> list[tuple[bytes, bytes]]:
@@ -162,6 +175,10 @@ class ForwardExchange:
     def request_body(self, data: bytes) -> None:
         framed = b"%x\r\n%b\r\n" % (len(data), data) if self.chunked_request else data
         self.bytes_up += len(data)
+        guard = self.body_guard
+        if guard is not None and not guard.settled:
+            self._screen_body(guard, data, framed)
+            return
         upstream = self.upstream
         if upstream is not None and upstream.transport is not None:
             upstream.last_activity = time.monotonic()  # a slow upload is not a hung origin
@@ -172,6 +189,23 @@ class ForwardExchange:
         self.pending_bytes += len(framed)
         if self.pending_bytes > WRITE_HIGH_WATER_BYTES:
             self.client.pause_client_reading(PauseReason.BODY_BUFFER)
+
+    def _screen_body(self, guard: BodyGuard, data: bytes, framed: bytes) -> None:
+        """Scan and hold: nothing of a screened body leaves before its verdict."""
+        guard.feed(data)
+        self.pending.append(framed)
+        self.pending_bytes += len(framed)
+        if guard.settled:
+            self._body_read()
+        elif self.pending_bytes > guard.body.window_bytes + WRITE_HIGH_WATER_BYTES:
+            self.client.pause_client_reading(PauseReason.BODY_BUFFER)
+
+    def _body_read(self) -> None:
+        """The window is read (or the body ended): the dispatcher continues, if it is waiting
+        (else it finds the guard settled when its decision is made)."""
+        then, self.body_screened = self.body_screened, None
+        if then is not None:
+            then()
 
     @property
     def resendable(self) -> bool:
@@ -192,6 +226,11 @@ class ForwardExchange:
                 self.upstream.transport.write(b"0\r\n\r\n")
             else:
                 self.pending.append(b"0\r\n\r\n")
+        guard = self.body_guard
+        if guard is not None and not guard.settled:
+            guard.ended = True
+            self._body_read()
+            return
         upstream = self.upstream
         # `upstream.response_complete`, inline: once per request.
         if upstream is not None and upstream.framing is not None and upstream.framing.complete:

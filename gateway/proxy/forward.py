@@ -118,6 +118,10 @@ class UpstreamConnection(asyncio.Protocol):
         except GatewayError as error:
             self._fail(exchange, error)
             return
+        scrubber = exchange.scrubber
+        if scrubber is not None:
+            # Length-preserving, on the relayed bytes: chunk sizes and Content-Length stay true.
+            out = scrubber.body(out) + (scrubber.finish() if framing.complete else b"")
         if out:
             if not exchange.status:
                 exchange.status = framing.status  # for the close line
@@ -135,6 +139,8 @@ class UpstreamConnection(asyncio.Protocol):
         framing = self.framing
         if framing is not None and framing.head_sent:
             out = framing.take_output()
+            if exchange.scrubber is not None:
+                out = exchange.scrubber.body(out) + exchange.scrubber.finish()
             if out:
                 exchange.status = exchange.status or framing.status
                 exchange.client.transport.write(out)

@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from typing import TYPE_CHECKING
 
+from gateway.credentials.guard import OutboundGuard
 from gateway.egress.target import EgressCore
 from gateway.observe.audit import AuditLog
 from gateway.proxy.client_connection import ClientConnection
@@ -29,6 +31,9 @@ from gateway.proxy.live_permission import REVOKED_REASON, revocation
 from gateway.proxy.pool import UpstreamPool
 from gateway.proxy.tunnel_opener import TunnelOpener
 
+if TYPE_CHECKING:
+    from gateway.proxy.inspected import InspectService
+
 LISTEN_BACKLOG = 4096
 DRAIN_POLL_S = 0.05
 
@@ -36,7 +41,7 @@ DRAIN_POLL_S = 0.05
 class ProxyServer:
     """The listener and the state shared by its connections: decisions, pool, tunnels."""
 
-    def __init__(self, core: EgressCore, audit: AuditLog) -> None:
+    def __init__(self, core: EgressCore, audit: AuditLog, guard: OutboundGuard | None = None) -> None:
         self.core = core
         self.audit = audit
         # One timer for the deadlines of every connection, tunnel and upstream of this listener.
@@ -44,12 +49,14 @@ class ProxyServer:
         self.decisions = ProxyDecisions(audit)
         self.pool = UpstreamPool(self.wheel)
         self.tunnels = TunnelOpener(core, self.decisions, audit, self.activity_ended, self.wheel)
-        self.dispatcher = ForwardDispatcher(core, self.decisions, self.pool)
+        self.dispatcher = ForwardDispatcher(core, self.decisions, self.pool, guard)
         self.draining = False
         self.connections: set[ClientConnection] = set()
         self._server: asyncio.AbstractServer | None = None
         self._quiet = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
+        # TLS interception for the hosts an `inspect` entry names (issue 25); None without a CA.
+        self.inspection: InspectService | None = None
 
     @property
     def port(self) -> int:
@@ -123,4 +130,6 @@ class ProxyServer:
         self.tunnels.cancel_dials()
         await asyncio.sleep(0)
         self.pool.close()
+        if self.inspection is not None:
+            self.inspection.close()
         self.wheel.close()

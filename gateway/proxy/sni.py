@@ -21,6 +21,7 @@ TLS_RECORD_HEADER_BYTES = 5
 CONTENT_TYPE_HANDSHAKE = 0x16
 HANDSHAKE_CLIENT_HELLO = 0x01
 EXTENSION_SERVER_NAME = 0x0000
+EXTENSION_ALPN = 0x0010
 SERVER_NAME_TYPE_HOST = 0x00
 MAX_SERVER_NAME_BYTES = 255
 
@@ -38,6 +39,9 @@ class ClientHelloPeek:
     server_name: str | None = None
     reason: str = ""
     consumed: int = 0  # COMPLETE: the bytes of the records that carried the ClientHello
+    # COMPLETE: the protocols the client offers (ALPN), None without the extension. Inspection
+    # refuses an offer without HTTP/1.1 before it terminates (issue 25).
+    alpn: tuple[str, ...] | None = None
 
 
 _NEED_MORE = ClientHelloPeek(PeekStatus.NEED_MORE)
@@ -141,6 +145,15 @@ def _server_name(extension: bytes) -> str | ClientHelloPeek:
     return found
 
 
+def _alpn(extension: bytes) -> tuple[str, ...]:
+    reader = _Reader(extension)
+    names = _Reader(reader.vector(2))
+    offered: list[str] = []
+    while names.pos < len(names.data):
+        offered.append(names.vector(1).decode("ascii", "replace"))
+    return tuple(offered)
+
+
 def parse_client_hello(body: bytes) -> ClientHelloPeek:
     """SNI of a ClientHello handshake body (after the 4-byte handshake header)."""
     try:
@@ -154,6 +167,7 @@ def parse_client_hello(body: bytes) -> ClientHelloPeek:
             return ClientHelloPeek(PeekStatus.COMPLETE, None)  # no extensions at all
         extensions = _Reader(reader.vector(2))
         server_name: str | None = None
+        alpn: tuple[str, ...] | None = None
         seen: set[int] = set()
         while extensions.pos < len(extensions.data):
             ext_type = extensions.uint(2)
@@ -168,9 +182,11 @@ def parse_client_hello(body: bytes) -> ClientHelloPeek:
                 if isinstance(parsed, ClientHelloPeek):
                     return parsed
                 server_name = parsed
+            elif ext_type == EXTENSION_ALPN:
+                alpn = _alpn(ext_data)
     except IndexError:
         return _malformed("ClientHello is truncated inside a length-prefixed field")
-    return ClientHelloPeek(PeekStatus.COMPLETE, server_name)
+    return ClientHelloPeek(PeekStatus.COMPLETE, server_name, alpn=alpn)
 
 
 def peek_client_hello(data: bytes) -> ClientHelloPeek:
@@ -181,5 +197,5 @@ def peek_client_hello(data: bytes) -> ClientHelloPeek:
     body, consumed = reassembled
     peek = parse_client_hello(body)
     if peek.status is PeekStatus.COMPLETE:
-        return ClientHelloPeek(PeekStatus.COMPLETE, peek.server_name, consumed=consumed)
+        return ClientHelloPeek(PeekStatus.COMPLETE, peek.server_name, consumed=consumed, alpn=peek.alpn)
     return peek

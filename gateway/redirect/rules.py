@@ -5,8 +5,14 @@ the gateway's own connections never loop back into itself):
 - TCP and UDP to port 53 go to the DNS listener (the uid's own port when the policy lists it);
 - loopback destinations and the excluded CIDRs and TCP ports are left alone;
 - every other TCP connection goes to the transparent listener (again the uid's own port);
-- in the filter hook, every other UDP (QUIC, DNS-over-UDP elsewhere) and every protocol but TCP
-  and ICMP is dropped, so nothing leaves the pod except through the gateway.
+- in the filter hook, a packet conntrack calls invalid is dropped: once the kernel has forgotten
+  a connection the gateway refused, the agent's next segment on that socket (data, FIN, a bare
+  RST) is no longer redirected, and it must not leave the pod with the address the agent chose;
+- each uid reaches only its own listener ports among the gateway's transparent and DNS ports
+  (the port is the principal: another uid's port would lend that uid's verdicts);
+- what is left leaves only as part of a flow the rules made (redirected to loopback, excluded,
+  the answer to a connection from outside) or as ICMP; everything else is dropped, so nothing
+  leaves the pod except through the gateway.
 
 Pure: settings in, text out. Never runs a command (apply.py does).
 """
@@ -46,6 +52,24 @@ def _nft_set(items: Sequence[str | int]) -> str:
     return "{ " + ", ".join(str(i) for i in items) + " }"
 
 
+def _port_guard(plan: RedirectPlan) -> list[tuple[int | None, list[int]]]:
+    """(uid, its own transparent and DNS ports): listed uids first, then every other uid's."""
+    tcp = {a.uid: a.port for a in plan.tcp_ports}
+    dns = {a.uid: a.port for a in plan.dns_ports}
+    owners = [a.uid for a in _by_uid_first(plan.tcp_ports)]
+    return [(owner, sorted({tcp[owner], *([dns[owner]] if owner in dns else [])})) for owner in owners]
+
+
+def _gateway_ranges(plan: RedirectPlan) -> list[str]:
+    """Every port a principal owns, as ranges: assign_ports numbers each kind contiguously."""
+    ranges = []
+    for assignments in (plan.tcp_ports, plan.dns_ports):
+        if assignments:
+            low, high = min(a.port for a in assignments), max(a.port for a in assignments)
+            ranges.append(f"{low}-{high}" if high > low else str(low))
+    return ranges
+
+
 def render_nft(plan: RedirectPlan) -> str:
     """An `nft -f` script that replaces our table atomically (declare, delete, define: idempotent)."""
     uid = plan.gateway_uid
@@ -66,13 +90,24 @@ def render_nft(plan: RedirectPlan) -> str:
         nat.append(f"{owner}meta l4proto tcp redirect to :{assignment.port}")
     # By destination, not `oifname "lo"`: the output device of one hook pass is the one routed before
     # the nat chain redirected the packet, so a redirected DNS datagram still names the pod's NIC.
-    filt = [f"meta skuid {uid} accept", f"ip daddr {LOOPBACK_V4} accept", f"ip6 daddr {LOOPBACK_V6} accept"]
+    filt = [f"meta skuid {uid} accept", "ct state invalid counter drop"]
+    gateway_ports = _nft_set(_gateway_ranges(plan))
+    for guarded_uid, own_ports in _port_guard(plan):
+        who = f"meta skuid {guarded_uid} " if guarded_uid is not None else ""
+        for daddr in (f"ip daddr {LOOPBACK_V4}", f"ip6 daddr {LOOPBACK_V6}"):
+            filt.append(f"{who}{daddr} meta l4proto {{ tcp, udp }} th dport {_nft_set(own_ports)} accept")
+            filt.append(f"{who}{daddr} meta l4proto {{ tcp, udp }} th dport {gateway_ports} drop")
+    # Answers to connections made from outside (a probe, a port the agent serves) are theirs to send.
+    filt += ["ct direction reply accept", f"ip daddr {LOOPBACK_V4} accept", f"ip6 daddr {LOOPBACK_V6} accept"]
     if v4:
         filt.append(f"ip daddr {_nft_set(v4)} accept")
     if v6:
         filt.append(f"ip6 daddr {_nft_set(v6)} accept")
-    # TCP is all redirected or excluded by now; ICMP carries errors and IPv6 neighbour discovery.
-    filt += ["meta l4proto { tcp, icmp, ipv6-icmp } accept", "counter drop"]
+    if plan.exclude_ports:
+        filt.append(f"tcp dport {_nft_set(sorted(plan.exclude_ports))} accept")
+    # TCP that reaches this point was neither redirected nor excluded (a segment conntrack picked up
+    # mid-stream that no redirect applied to). ICMP carries errors and IPv6 neighbour discovery.
+    filt += ["meta l4proto { icmp, ipv6-icmp } accept", "counter drop"]
     lines = [
         f"table inet {NFT_TABLE} {{}}",
         f"delete table inet {NFT_TABLE}",
@@ -118,9 +153,20 @@ def render_iptables(plan: RedirectPlan, version: int) -> str:
     icmp = "icmp" if version == 4 else "ipv6-icmp"
     filt = [
         f"-A {chain} -m owner --uid-owner {uid} -j ACCEPT",
+        f"-A {chain} -m conntrack --ctstate INVALID -j DROP",
+    ]
+    gateway_ports = ",".join(r.replace("-", ":") for r in _gateway_ranges(plan))
+    for guarded_uid, own_ports in _port_guard(plan):
+        who = f" -m owner --uid-owner {guarded_uid}" if guarded_uid is not None else ""
+        own = ",".join(str(p) for p in own_ports)
+        for proto in ("tcp", "udp"):
+            filt.append(f"-A {chain}{who} -d {loopback} -p {proto} -m multiport --dports {own} -j ACCEPT")
+            filt.append(f"-A {chain}{who} -d {loopback} -p {proto} -m multiport --dports {gateway_ports} -j DROP")
+    filt += [
+        f"-A {chain} -m conntrack --ctdir REPLY -j ACCEPT",
         f"-A {chain} -d {loopback} -j ACCEPT",
         *(f"-A {chain} -d {cidr} -j ACCEPT" for cidr in excluded),
-        f"-A {chain} -p tcp -j ACCEPT",
+        *(f"-A {chain} -p tcp --dport {port} -j ACCEPT" for port in sorted(plan.exclude_ports)),
         f"-A {chain} -p {icmp} -j ACCEPT",
         f"-A {chain} -j DROP",
     ]

@@ -20,12 +20,15 @@ from typing import Any, cast
 import orjson
 from aiohttp import web
 
+from gateway.credentials.guard import OutboundGuard
+from gateway.credentials.screen import RequestFacts
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import CONNECTION_ID_HEADER, AuditLog
 from gateway.observe.audit_fields import client_fields, new_connection_id
 from gateway.observe.verdicts import outcome_for_code, rule_for_code, verdict_of_failure
-from gateway.policy.decide import authenticate, decide_destination
+from gateway.peer_uid import loopback_peer_uid
+from gateway.policy.decide import authenticate_bound, decide_destination
 from gateway.policy.model import LoadedPolicy
 from gateway.tools.call_guard import CallContext, ToolCalls, require_tool
 from gateway.tools.fetch import FetchTool, parse_fetch_args
@@ -94,12 +97,16 @@ class ToolsApi:
         fetch_tool: FetchTool,
         search_tool: SearchTool,
         audit: AuditLog,
+        *,
+        guard: OutboundGuard | None = None,
     ) -> None:
         self._policy_source = policy_source
         self._calls = calls
         self._fetch = fetch_tool
         self._search = search_tool
         self._audit = audit
+        # The outbound secret scan and placeholder check (issue 26), before any byte is sent.
+        self._guard = guard
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES, middlewares=[json_http_errors])
@@ -125,7 +132,12 @@ class ToolsApi:
             if scheme.lower() != "bearer" or not value.strip():
                 raise GatewayError(ErrorCode.AUTH_REQUIRED, "Authorization must be 'Bearer <token>'")
             token = value.strip()
-        principal = authenticate(loaded.policy, None, token)
+        peer_uid: int | None = None
+        if loaded.policy.transparent.principals and request.transport is not None:
+            # A uid the policy binds is its principal here too (enforced sidecar, identity).
+            transport = request.transport
+            peer_uid = loopback_peer_uid(transport.get_extra_info("peername"), transport.get_extra_info("sockname"))
+        principal = authenticate_bound(loaded.policy, None, token, peer_uid)
         # Run and step ids count only under a run token (issue 12): see tools/run_tokens.py.
         return self._calls.context(principal, loaded, request.headers)
 
@@ -215,6 +227,45 @@ class ToolsApi:
         # A tool answer never leaves before its audit line is written.
         self._audit.flush()
 
+    def audit_refusal(self, kind: str, request: web.Request, error: GatewayError, context: CallContext | None) -> None:
+        """The line and counters of a request refused before any tool ran, as /v1 writes them.
+
+        /mcp refuses a bad bearer token (401) or run token (403) before it reads a message, and a
+        `_meta` run that contradicts the run token before the call starts: each gets the same
+        audit line and auth-failure count as the refusal on /v1, so guessing against /mcp is seen.
+        `kind` is the tool when the message named one, else `mcp`.
+        """
+        audit: dict[str, Any] = _request_fields(request)
+        if context is not None:
+            audit.update(
+                run=context.run_id or context.vouched.claimed_run,
+                step=context.step_id or context.vouched.claimed_step,
+                run_vouched=context.vouched.claims is not None,
+            )
+        principal = context.principal.name if context is not None else None
+        generation = context.loaded.generation if context is not None else self._policy_source().generation
+        if kind in ("fetch", "search"):
+            self._finish(
+                kind, principal=principal, generation=generation, started=time.perf_counter(), error=error, audit=audit
+            )
+            return
+        decision = verdict_of_failure(error.code, None)
+        metrics.DECISIONS.labels(kind=kind, decision=decision, code=error.code).inc()
+        self._audit.decision(
+            kind=kind,
+            principal=principal,
+            host=None,
+            port=None,
+            decision=decision,
+            outcome=outcome_for_code(error.code),
+            code=error.code,
+            reason=error.message,
+            generation=generation,
+            duration_s=0.0,
+            **audit,
+        )
+        self._audit.flush()
+
     async def call_tool(
         self, tool: Tool, context: CallContext, payload: Any, request: web.Request | None = None
     ) -> dict[str, Any]:
@@ -236,6 +287,11 @@ class ToolsApi:
         """Run one tool call for `context`; shared by the HTTP handlers and the CLI."""
         # The switch first and once: a principal without the tool learns nothing about its arguments.
         require_tool(context.principal, "fetch" if tool == "fetch" else "search")
+        # No audit, no egress: refused here with its own code (inside, robots.txt or an engine
+        # would see the refusal as an unreachable site and answer with another one).
+        refusal = self._audit.refusal()
+        if refusal is not None:
+            raise refusal
         # The switch that let the call in; a fetch names its destination's rule once decided.
         audit["rule"] = f"tools.{tool}"
         if tool == "fetch":
@@ -244,6 +300,7 @@ class ToolsApi:
 
     async def _invoke_fetch(self, context: CallContext, payload: Any, audit: dict[str, Any]) -> dict[str, Any]:
         args = parse_fetch_args(payload)
+        self._screen(context, "fetch", url=args.url)
         vetted = self._fetch.vet(args, context.loaded)
         audit.update(host=vetted.host.name, port=vetted.port)
         # A destination the policy refuses costs no reservation (issue 5): decide before reserving
@@ -268,6 +325,7 @@ class ToolsApi:
         if not isinstance(payload, dict):
             raise GatewayError(ErrorCode.INVALID_INPUT, "the request body must be a JSON object")
         query = parse_search_args(payload)
+        self._screen(context, "search", query=query.with_site_operator())
 
         async def work() -> dict[str, Any]:
             try:
@@ -279,6 +337,22 @@ class ToolsApi:
             return result
 
         return await self._calls.run("search", context, work)
+
+    def _screen(self, context: CallContext, tool: str, *, url: str | None = None, query: str | None = None) -> None:
+        """Refuse a fetch URL or search query that carries a placeholder (the tools never inject
+        one) or a secret the principal's `scan:` section denies."""
+        if self._guard is None:
+            return
+        policy, principal = context.loaded.policy, context.principal
+        facts = RequestFacts(tool, principal.name, "", None, None)
+        generation = context.loaded.generation
+        refusal = (
+            self._guard.screen_request(facts, policy, principal, url=url, generation=generation)
+            if url is not None
+            else self._guard.screen_query(facts, policy, principal, query or "", generation)
+        )
+        if refusal is not None:
+            raise refusal
 
     async def handle_mint_run_token(self, request: web.Request) -> web.Response:
         """`POST /v1/runs`: an orchestrator mints a run token for one of its principals."""

@@ -41,6 +41,7 @@ from gateway.tools.schemas import (
     SHA256_HEX_PATTERN,
     argument_names,
 )
+from gateway.tools.terminal_safe import Stripper
 from gateway.vet.urls import VettedUrl
 
 ACCEPT = "text/markdown, text/html;q=0.9, */*;q=0.5"
@@ -264,8 +265,10 @@ class FetchTool:
             raise GatewayError(
                 ErrorCode.CHALLENGED, f"{vetted.host.name} answered with a bot challenge: {page.challenge}"
             )
-        text, title, source_truncated = page.text, page.title, page.source_truncated
-        links = [{"text": text[:200], "url": url[:2000]} for text, url in page.links[:20]]
+        # Before hashing and windowing: offsets, totalChars and contentHash describe the text served.
+        strip = Stripper()
+        text, title, source_truncated = strip(page.text), strip(page.title), page.source_truncated
+        links = [{"text": strip(text)[:200], "url": strip(url)[:2000]} for text, url in page.links[:20]]
         if response.status >= 400:
             raise GatewayError(
                 ErrorCode.UPSTREAM_STATUS,
@@ -287,7 +290,7 @@ class FetchTool:
         end = args.offset + len(window)
         return {
             "url": vetted.url,
-            "finalUrl": response.url,
+            "finalUrl": strip(response.url),
             "title": title[:MAX_TITLE_CHARS],
             "contentType": page.content_type,
             "retrievedAt": retrieved_at(),
@@ -302,6 +305,7 @@ class FetchTool:
             # last served for this URL (null when none is remembered).
             "contentChanged": (False if args.expected_hash is not None else changed) if args.offset > 0 else None,
             "links": links,
+            "controlCharsRemoved": strip.removed,
             "notice": NOTICE,
         }
 

@@ -175,7 +175,9 @@ class RunTokens:
             )
         run_id = _id_field(payload, "run", required=True)
         step_id = _id_field(payload, "step", required=False)
-        ttl_s = payload.get("ttl_s", DEFAULT_TOKEN_TTL_S)
+        # Without ttl_s the default, but never beyond what this orchestrator may grant: an
+        # orchestrator capped under the default must not have to name a ttl to mint at all.
+        ttl_s = payload.get("ttl_s", min(DEFAULT_TOKEN_TTL_S, orchestrator.max_ttl_s))
         if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not 1 <= ttl_s <= orchestrator.max_ttl_s:
             raise GatewayError(ErrorCode.INVALID_INPUT, f"ttl_s must be 1-{orchestrator.max_ttl_s:g} seconds")
         expires_at = math.floor(self._clock() + ttl_s)

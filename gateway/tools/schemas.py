@@ -113,6 +113,14 @@ SEARCH_ARGUMENTS: dict[str, Any] = {
 }
 
 _BUDGET_RESULT: dict[str, Any] = {"type": "object", "description": "What this principal has left of its budgets."}
+CONTROL_CHARS_REMOVED: dict[str, Any] = {
+    "type": "integer",
+    "minimum": 0,
+    "description": (
+        "How many terminal control characters (C0 but tab and newline, DEL, C1), bidi overrides and "
+        "isolates and Unicode tag characters were removed from the text, titles, snippets and links."
+    ),
+}
 
 FETCH_RESULT: dict[str, Any] = {
     "type": "object",
@@ -125,11 +133,13 @@ FETCH_RESULT: dict[str, Any] = {
         "content": {"type": "string"},
         "contentHash": {"type": "string", "pattern": SHA256_HEX_PATTERN},
         "offset": {"type": "integer", "minimum": 0},
-        "nextOffset": {"type": ["integer", "null"]},
+        # anyOf rather than a type array: some schema dialects (and validators built on them)
+        # refuse `"type": [..., "null"]`; a `{"type": "null"}` branch is read the same everywhere.
+        "nextOffset": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]},
         "totalChars": {"type": "integer", "minimum": 0},
         "truncated": {"type": "boolean"},
         "sourceTruncated": {"type": "boolean"},
-        "contentChanged": {"type": ["boolean", "null"]},
+        "contentChanged": {"anyOf": [{"type": "boolean"}, {"type": "null"}]},
         "links": {
             "type": "array",
             "items": {
@@ -138,6 +148,7 @@ FETCH_RESULT: dict[str, Any] = {
                 "required": ["url"],
             },
         },
+        "controlCharsRemoved": CONTROL_CHARS_REMOVED,
         "notice": {"type": "string"},
         "budget": _BUDGET_RESULT,
     },
@@ -160,6 +171,7 @@ SEARCH_RESULT: dict[str, Any] = {
         "truncated": {"type": "boolean"},
         "attempts": {"type": "array", "items": {"type": "object"}},
         "retrievedAt": {"type": "string"},
+        "controlCharsRemoved": CONTROL_CHARS_REMOVED,
         "notice": {"type": "string"},
         "budget": _BUDGET_RESULT,
     },

@@ -120,13 +120,14 @@ class _PortServer(ProxyServer):
         self.decisions = _PortDecisions(proxy.audit, uid)
         self.pool = proxy.pool
         self.tunnels = proxy.tunnels
-        self.dispatcher = _StrictDispatcher(proxy.core, self.decisions, proxy.pool)
+        self.dispatcher = _StrictDispatcher(proxy.core, self.decisions, proxy.pool, proxy.dispatcher.guard)
         self.draining = False
         self.connections = set()
         self._server = None
         self._quiet = asyncio.Event()
         self.loop = proxy.loop
         self.wheel = proxy.wheel
+        self.inspection = proxy.inspection
 
 
 class TransparentHttp(HttpHandOver):

@@ -20,7 +20,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
@@ -29,6 +29,7 @@ from gateway.memo import BoundedMemo
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.observe.audit_fields import client_fields, new_connection_id
+from gateway.policy.inspect_decide import inspects_host
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.deadline import LazyDeadline
 from gateway.proxy.sni import MAX_PEEK_BYTES
@@ -43,6 +44,9 @@ from gateway.transparent.ports import assign_ports
 from gateway.transparent.verdicts import format_original, principal_for_port, still_allowed
 from gateway.vet.addresses import IPAddress
 from gateway.vet.urls import VettedHost, vet_host
+
+if TYPE_CHECKING:
+    from gateway.proxy.inspected import InspectService
 
 KIND = "transparent"
 LISTEN_BACKLOG = 4096
@@ -66,6 +70,8 @@ class TransparentListener:
         self.open: dict[Tunnel, tuple[int | None, bool]] = {}
         self._servers: list[asyncio.AbstractServer] = []
         self._hosts: BoundedMemo[str, VettedHost] = BoundedMemo(MAX_CACHED_HOSTS)
+        # TLS interception for the hosts an `inspect` entry names (issue 25), shared with the proxy.
+        self.inspection: InspectService | None = None
 
     async def start(self, addresses: tuple[ListenAddress, ...], uids: list[int]) -> None:
         loop = self.loop = asyncio.get_running_loop()
@@ -307,7 +313,44 @@ class TransparentConnection(asyncio.Protocol):
         except GatewayError as error:
             self._deny(error, host=host_name)
             return
+        principal = self.principal
+        policy = loaded.policy
+        if (principal.inspect or policy.defaults.inspect or policy.credentials.entries) and inspects_host(
+            loaded.policy, principal, target.name, target.port, tls=True
+        ):
+            self._hand_over_inspected(target)
+            return
         await self._open(target)
+
+    def _hand_over_inspected(self, target: PinnedTarget) -> None:
+        """A host an `inspect` entry names: TLS is terminated and each request judged, never spliced."""
+        assert self.original is not None
+        assert self.principal is not None
+        inspection = self.listener.inspection
+        if inspection is None:
+            self._deny(
+                GatewayError(
+                    ErrorCode.INSPECTION_UNSUPPORTED,
+                    f"{target.name} is inspected but no interception CA is configured (EGRESS_INSPECT_CA_CERT)",
+                ),
+                host=target.name,
+            )
+            return
+        self.listener.record_allow(self.principal, target, self.original, self.audit_fields)
+        self.closed = True  # the inspected connection owns the transport now
+        self.listener.connections.discard(self)
+        self.deadline.cancel()
+        held, self.held = bytes(self.held), bytearray()
+        if len(held) > MAX_PEEK_BYTES:
+            self.transport.resume_reading()
+        inspection.take_over(
+            self.transport,
+            principal=self.principal.name,
+            host=target.name,
+            port=target.port,
+            early=held,
+            audit_fields=self.audit_fields,
+        )
 
     async def _decide_raw(self) -> None:
         """A raw TCP exception: the original address must be the rule's (or among its name's

@@ -171,7 +171,7 @@ def parse_networks(cidrs: Iterable[str]) -> tuple[IPNetwork, ...]:
 class AddressGuard:
     """The built-in deny table plus a policy's allow/deny exceptions, precomputed.
 
-    Order (documented in the README): the most specific matching prefix wins among built-in
+    Order (documented in docs/reference/policy.md): the most specific matching prefix wins among built-in
     denials, policy `deny_cidrs` and policy `allow_cidrs`; on an equal prefix `deny_cidrs` beats
     `allow_cidrs`, which beats the built-in table. IPv6 outside
     2000::/3 and IPv4-embedding forms whose IPv4 is denied stay denied unless an allow rule names

@@ -15,7 +15,7 @@ import pytest
 from .conftest import CHART_DIR, CI_DIR, CI_FILES, KUBE_VERSIONS, RENDER_CASES, Helm
 
 # kubernetes-validate has no schemas for CRDs; only these kinds may be reported as unknown.
-CRD_KINDS = ("ServiceMonitor",)
+CRD_KINDS = ("ServiceMonitor", "PodMonitor")
 
 
 def test_ci_directory_covers_every_mode() -> None:

@@ -1,7 +1,7 @@
 """Validates audit lines against the schema file the gateway ships (gateway/observe/audit.schema.json).
 
 Every harness gateway registers its audit file; the session fixture in tests/conftest.py checks
-every line the suite produced, so a field added without the schema (and the README) fails.
+every line the suite produced, so a field added without the schema (and docs/reference/audit-log.md) fails.
 """
 
 from __future__ import annotations

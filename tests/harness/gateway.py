@@ -122,6 +122,18 @@ class GatewayProcess:
         assert self.process is not None
         return self.process.pid
 
+    def launch(self) -> GatewayProcess:
+        """The process started, without waiting for readiness (a test of an unready gateway)."""
+        with self.stderr_path.open("wb") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "gateway", "serve"],
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                cwd=self.workdir,
+            )
+        return self
+
     def start(self) -> GatewayProcess:
         # A free port can be taken between our probe and the daemon's bind: pick fresh ones.
         for attempt in range(MAX_START_ATTEMPTS):

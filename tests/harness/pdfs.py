@@ -113,3 +113,43 @@ def encrypted_pdf(password: str = "secret") -> bytes:
 def broken_pdf() -> bytes:
     """The magic and a truncated object, then garbage: no cross-reference, no catalog."""
     return b"%PDF-1.7\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R\n" + bytes(range(256)) * 4
+
+
+def self_referencing_tree_pdf() -> bytes:
+    """A page tree whose root lists itself among its kids, beside one real page."""
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [2 0 R 3 0 R] /Count 2 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>",
+    ]
+    return build_pdf(objects)
+
+
+def flate_bomb_pdf(inflated_bytes: int = 1_300_000_000) -> bytes:
+    """One page whose content stream inflates from about a thousandth of its size to
+    `inflated_bytes` of blanks after a line of text: more than the converter's address space.
+
+    Built fast: a block deflated once after a full flush (which resets the window) deflates to the
+    same bytes every time, so the stream is that piece repeated, with the checksum computed apart.
+    """
+    import zlib  # noqa: PLC0415 - tests only
+
+    head = b"BT /F1 12 Tf 72 720 Td (Inflated) Tj ET\n"
+    block = b" " * (16 * 1024 * 1024)
+    count = inflated_bytes // len(block)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    first = compressor.compress(head) + compressor.flush(zlib.Z_FULL_FLUSH)
+    piece = compressor.compress(block) + compressor.flush(zlib.Z_FULL_FLUSH)
+    checksum = zlib.adler32(head)
+    for _ in range(count):
+        checksum = zlib.adler32(block, checksum)
+    stream = b"\x78\xda" + first + piece * count + compressor.flush() + checksum.to_bytes(4, "big")
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >>"
+        b" /Contents 4 0 R >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    return build_pdf(objects)

@@ -3,7 +3,7 @@
 Tests that need budgets keyed by run and step ids give every gateway `SECRET_ENV` and the policy
 `TEST_ORCHESTRATORS`. `run_token()` signs a token locally, as an orchestrator that holds the
 gateways' secret could; `mint()` asks a running gateway's `POST /v1/runs` with the orchestrator's
-bearer token, as the README tells orchestrators to.
+bearer token, as docs/concepts/budgets.md tells orchestrators to.
 """
 
 from __future__ import annotations

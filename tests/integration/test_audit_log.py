@@ -180,7 +180,7 @@ def test_a_signal_reopens_the_audit_file_after_logrotate_moved_it(
     while not audit_path.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert _fetch(gateway, origin).status_code == 200
-    assert len(_lines(rotated)) == 1
+    assert [line["event"] for line in _lines(rotated)] == ["audit_started", "decision"]
     assert [line["event"] for line in _lines(audit_path)] == ["decision"]
 
 
@@ -200,3 +200,52 @@ def test_an_unwritable_audit_destination_is_a_one_line_start_up_failure(tmp_path
     assert result.stderr.strip().splitlines()[-1] == (
         f"egress-gateway: EGRESS_AUDIT_LOG: cannot open {tmp_path}/missing/audit.log: No such file or directory"
     )
+
+
+def _admin_answer(gateway: GatewayProcess) -> tuple[int, dict[str, Any]]:
+    """/readyz once the admin listener answers (the daemon not being ready is the point)."""
+    deadline = time.monotonic() + WAIT_S * 3
+    while True:
+        try:
+            return gateway.readyz()
+        except (OSError, ValueError):
+            assert gateway.process is not None
+            assert gateway.process.poll() is None, gateway.stderr()
+            assert time.monotonic() < deadline, gateway.stderr()
+            time.sleep(0.05)
+
+
+def test_a_full_disk_at_start_is_seen_before_readiness_and_before_the_first_allow(
+    origins: OriginFactory, fake_dns: Any, tmp_path: Path
+) -> None:
+    origin = origins.start(_app(), names=["docs.example.org"], tls=False)
+    policy = policy_document(allow_cidrs=[origin.cidr], ports=[80, 443, origin.port])
+    # /dev/full opens for writing and fails every write with ENOSPC: a disk that is full from the start.
+    gateway = GatewayProcess(
+        tmp_path, policy, nameserver=fake_dns.nameserver, ca_bundle=None, env={"EGRESS_AUDIT_LOG": "/dev/full"}
+    ).launch()
+    try:
+        status, body = _admin_answer(gateway)
+        assert status == 503, body
+        assert body["checks"]["audit_writable"] is False
+        assert "No space left on device" in body["reasons"]["audit_writable"]
+        # The very first request through each surface is refused, not served unaudited.
+        fetched = _fetch(gateway, origin)
+        assert fetched.status_code == 503, fetched.text
+        assert fetched.json()["error"]["code"] == "audit_unavailable"
+        with httpx.Client(proxy=gateway.proxy_url, timeout=10) as client:
+            proxied = client.get(origin.url("/page"))
+        assert (proxied.status_code, proxied.headers.get("X-Egress-Code")) == (503, "audit_unavailable")
+        assert "Traceback" not in gateway.stderr()
+    finally:
+        gateway.stop()
+
+
+def test_the_first_line_of_a_start_is_audit_started(
+    gateway_factory: GatewayFactory, origins: OriginFactory, tmp_path: Path
+) -> None:
+    origin = origins.start(_app(), names=["docs.example.org"], tls=False)
+    audit_path = tmp_path / "audit.log"
+    _start(gateway_factory, origin, audit_path)
+    first = _lines(audit_path)[0]
+    assert (first["event"], first["generation"]) == ("audit_started", 1)

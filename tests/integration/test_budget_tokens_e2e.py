@@ -12,6 +12,7 @@ import hashlib
 import time
 import uuid
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -128,6 +129,11 @@ def test_only_an_orchestrator_mints_run_tokens_and_they_make_ids_count(
     bob_only = "bob-only-orchestrator-token"
     too_long = mint(gateway.api_url, {"principal": "bob", "run": "r1", "ttl_s": 3600}, token=bob_only)
     assert code(too_long) == "invalid_input"
+    # Without ttl_s the default hour is clamped to the orchestrator's 60 s cap, not refused.
+    unnamed_ttl = mint(gateway.api_url, {"principal": "bob", "run": "r1"}, token=bob_only)
+    assert unnamed_ttl.status_code == 200, unnamed_ttl.text
+    expires_in_s = datetime.fromisoformat(unnamed_ttl.json()["expiresAt"]).timestamp() - time.time()
+    assert 0 < expires_in_s <= 60
     for bad in ({"principal": "nobody", "run": "r1"}, {"principal": "alice"}, {"principal": "alice", "run": "a b"}):
         assert code(mint(gateway.api_url, bad)) == "invalid_input"
 
@@ -151,7 +157,7 @@ def test_only_an_orchestrator_mints_run_tokens_and_they_make_ids_count(
     assert third.json()["error"]["budget"] == "run"
 
     audit = [line for line in gateway.audit_lines() if line.get("kind") == "run_token"]
-    assert [line["decision"] for line in audit].count("allow") == 1
+    assert [line["decision"] for line in audit].count("allow") == 2
     assert all(token not in str(line) for line in gateway.audit_lines())
 
 

@@ -137,10 +137,12 @@ def test_check_reports_the_metadata_address_a_name_resolves_to(check_env: dict[s
     assert result["host"] == "metadata-alias.cli-test.example"
 
 
-def test_check_unknown_principal_is_denied(check_env: dict[str, str]) -> None:
-    code, result = check(check_env, "https://docs.cli-test.example/", "--principal", "nobody")
-    assert code == 3
-    assert result["code"] == "policy_denied"
+def test_check_unknown_principal_is_a_usage_error_naming_the_known_ones(check_env: dict[str, str]) -> None:
+    # A principal the policy does not have is a mistake in the command (exit 2), not a denial.
+    result = run_cli("check", "--principal", "nobody", "https://docs.cli-test.example/", env=check_env)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == "egress-gateway: no principal 'nobody' in the policy (it has: default, narrow)\n"
 
 
 def test_check_in_report_mode_allows_and_names_the_would_be_denial(tmp_path: Path, check_env: dict[str, str]) -> None:

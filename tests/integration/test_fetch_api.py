@@ -475,9 +475,11 @@ def test_result_carries_every_documented_field(stack: Stack) -> None:
     assert "untrusted" in body["notice"]
     assert set(body) == {
         "url", "finalUrl", "title", "contentType", "retrievedAt", "content", "contentHash", "offset",
-        "nextOffset", "totalChars", "truncated", "sourceTruncated", "contentChanged", "links", "notice", "budget",
+        "nextOffset", "totalChars", "truncated", "sourceTruncated", "contentChanged", "links", "controlCharsRemoved",
+        "notice", "budget",
     }  # fmt: skip
     assert body["contentChanged"] is None
+    assert body["controlCharsRemoved"] == 0
 
 
 # ---------------------------------------------------------------------------------------------

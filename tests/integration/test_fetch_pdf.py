@@ -59,6 +59,8 @@ def documents() -> dict[str, tuple[bytes, str]]:
                 "/broken.pdf": (pdfs.broken_pdf(), "application/pdf"),
                 "/nested-bomb.pdf": (pdfs.nested_array_bomb_pdf(), "application/pdf"),
                 "/tree-bomb.pdf": (pdfs.page_tree_bomb_pdf(), "application/pdf"),
+                "/self-tree.pdf": (pdfs.self_referencing_tree_pdf(), "application/pdf"),
+                "/flate-bomb.pdf": (pdfs.flate_bomb_pdf(), "application/pdf"),
             }
         )
     return DOCUMENTS
@@ -163,13 +165,28 @@ def test_the_pdf_wire_cap_admits_a_pdf_larger_than_the_html_cap(pdf_stack: PdfSt
         ("/broken.pdf", "PDF could not be read"),
         ("/nested-bomb.pdf", "image-only PDF"),
         ("/tree-bomb.pdf", "PDF could not be read"),
+        ("/self-tree.pdf", "self-referencing page tree"),
     ],
-    ids=["encrypted", "image-only", "broken", "nested-array-bomb", "page-tree-bomb"],
+    ids=["encrypted", "image-only", "broken", "nested-array-bomb", "page-tree-bomb", "self-referencing-tree"],
 )
 def test_unreadable_pdfs_are_unsupported_content_saying_why(pdf_stack: PdfStack, path: str, reason: str) -> None:
     error = pdf_stack.refused(path)
     assert error["code"] == "unsupported_content"
     assert reason in error["message"]
+
+
+def test_a_self_referencing_page_tree_leaves_no_traceback_and_the_worker_serves_on(pdf_stack: PdfStack) -> None:
+    assert pdf_stack.refused("/self-tree.pdf")["code"] == "unsupported_content"
+    assert "Traceback" not in pdf_stack.gateway.stderr()
+    assert "[page 1/3]" in pdf_stack.ok("/report.pdf")["content"]
+
+
+def test_a_pdf_that_inflates_past_the_converters_memory_is_too_large(pdf_stack: PdfStack) -> None:
+    error = pdf_stack.refused("/flate-bomb.pdf")
+    assert error["code"] == "too_large", error
+    assert "more memory" in error["message"], error
+    assert "Traceback" not in pdf_stack.gateway.stderr()
+    assert "[page 1/3]" in pdf_stack.ok("/report.pdf")["content"]
 
 
 def test_a_pdf_over_the_pdf_cap_is_too_large(

@@ -103,6 +103,15 @@ def mcp_policy(origin_cidr: str, origin_port: int) -> dict[str, Any]:
 def mcp_gateway(
     tmp_path_factory: pytest.TempPathFactory, harness_loop: HarnessLoop, pki: TestPKI, fake_dns: FakeDNS
 ) -> Iterator[GatewayProcess]:
+    with started_mcp_gateway(tmp_path_factory, harness_loop, pki, fake_dns) as gateway:
+        yield gateway
+
+
+@contextlib.contextmanager
+def started_mcp_gateway(
+    tmp_path_factory: pytest.TempPathFactory, harness_loop: HarnessLoop, pki: TestPKI, fake_dns: FakeDNS
+) -> Iterator[GatewayProcess]:
+    """The site, its search engine and a gateway with the agent, searcher and tight principals."""
     factory = OriginFactory(harness_loop, pki, fake_dns)
     origin = factory.start(site_app(), names=[SITE, SEARCH_HOST])
     env = {
@@ -116,9 +125,11 @@ def mcp_gateway(
     )
     gateway.start()
     SITE_URL["base"] = origin.url("/")[:-1]
-    yield gateway
-    gateway.stop()
-    factory.stop_all()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+        factory.stop_all()
 
 
 @contextlib.asynccontextmanager
@@ -242,8 +253,10 @@ async def test_a_blocked_url_is_a_tool_error_naming_the_code_and_what_to_do(
     text = text_of(result)
     assert text.startswith("Refused: unsafe_url:") or text.startswith("Refused: blocked_destination:")
     assert "What to do next:" in text
-    assert result.structured_content is not None
-    assert result.structured_content["error"]["code"] in ("unsafe_url", "blocked_destination")
+    # The error object rides in _meta: structuredContent would have to match the outputSchema.
+    assert result.structured_content is None
+    assert result.meta is not None
+    assert result.meta["egress-gateway/error"]["code"] in ("unsafe_url", "blocked_destination")
 
 
 @pytest.mark.parametrize("revision", REVISIONS)
@@ -314,3 +327,78 @@ async def test_stateless_server_issues_no_session_id(mcp_gateway: GatewayProcess
     assert "mcp-session-id" not in response.headers
     assert response.headers["Server"] == "egress-gateway"
     assert response.json()["result"]["serverInfo"]["name"] == "egress-gateway"
+
+
+def _auth_failures(gateway: GatewayProcess, kind: str) -> float:
+    metrics = httpx.get(f"{gateway.admin_url}/metrics", timeout=5).text
+    prefix = f'egress_gateway_auth_failures_total{{kind="{kind}"}} '
+    return next((float(line[len(prefix) :]) for line in metrics.splitlines() if line.startswith(prefix)), 0.0)
+
+
+def _line_of(gateway: GatewayProcess, response: httpx.Response) -> dict[str, Any]:
+    conn = response.headers["X-Egress-Id"]
+    lines = gateway.wait_audit(lambda lines: any(line.get("conn") == conn for line in lines))
+    (line,) = [line for line in lines if line.get("conn") == conn and line.get("event") == "decision"]
+    return line
+
+
+def _initialize(gateway: GatewayProcess, headers: dict[str, str]) -> httpx.Response:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    sent = {"Accept": "application/json, text/event-stream", **headers}
+    return httpx.post(f"{gateway.api_url}/mcp", json=body, headers=sent, timeout=10)
+
+
+def test_a_guessed_bearer_token_on_mcp_is_audited_and_counted_as_on_v1(mcp_gateway: GatewayProcess) -> None:
+    before = _auth_failures(mcp_gateway, "mcp")
+    guesses = [_initialize(mcp_gateway, {"Authorization": f"Bearer guess-{n}"}) for n in range(3)]
+    assert [response.status_code for response in guesses] == [401] * 3
+    assert _auth_failures(mcp_gateway, "mcp") == before + 3
+    line = _line_of(mcp_gateway, guesses[0])
+    assert (line["kind"], line["decision"], line["code"], line["rule"]) == (
+        "mcp",
+        "deny",
+        "auth_required",
+        "credentials",
+    )
+    assert line["client_ip"] == "127.0.0.1"
+    assert all("guess-" not in str(line) for line in mcp_gateway.audit_lines())
+    # The same guess on /v1 is a line and a count too (kind fetch): one alert watches both.
+    v1_before = _auth_failures(mcp_gateway, "fetch")
+    v1 = httpx.post(
+        f"{mcp_gateway.api_url}/v1/fetch", json={"url": page_url("/short")}, headers={"Authorization": "Bearer x"}
+    )
+    assert v1.status_code == 401
+    assert _line_of(mcp_gateway, v1)["code"] == "auth_required"
+    assert _auth_failures(mcp_gateway, "fetch") == v1_before + 1
+
+
+def test_a_forged_run_token_on_mcp_is_audited_and_counted(mcp_gateway: GatewayProcess) -> None:
+    before = _auth_failures(mcp_gateway, "mcp")
+    forged = run_token("run-forged", principal="agent", secret="not-the-gateways-secret-0123456789")
+    response = _initialize(mcp_gateway, {"Authorization": f"Bearer {AGENT_TOKEN}", "X-Egress-Run-Token": forged})
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "invalid_run_token"
+    line = _line_of(mcp_gateway, response)
+    assert (line["kind"], line.get("principal"), line["code"]) == ("mcp", None, "invalid_run_token")
+    assert _auth_failures(mcp_gateway, "mcp") == before + 1
+    assert all(forged not in str(line) for line in mcp_gateway.audit_lines())
+
+
+async def test_a_meta_run_contradicting_the_run_token_is_audited_and_counted(mcp_gateway: GatewayProcess) -> None:
+    before = _auth_failures(mcp_gateway, "fetch")
+    run = new_run()
+    async with mcp_session(mcp_gateway, "2025-11-25", AGENT_TOKEN, run) as session:
+        refused = await session.call_tool(
+            "web_fetch", {"url": page_url("/short")}, meta=cast(RequestParamsMeta, {"egress-gateway/run": f"{run}-x"})
+        )
+    assert refused.is_error is True
+    assert _auth_failures(mcp_gateway, "fetch") == before + 1
+    lines = [line for line in mcp_gateway.audit_lines() if line.get("run") == run]
+    assert [(line["kind"], line["principal"], line["code"]) for line in lines] == [
+        ("fetch", "agent", "invalid_run_token")
+    ]

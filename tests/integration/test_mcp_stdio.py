@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import mcp_types as types
+import orjson
 import pytest
 import yaml
 from aiohttp import web
@@ -206,13 +208,17 @@ def sidecar(
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"], ids=["2025-11-25", "2026-07-28"])
 async def test_connect_bridges_stdio_to_the_sidecar_policy_and_budget(
-    site: Origin, sidecar: GatewayProcess, environment: dict[str, str], mode: str
+    site: Origin, sidecar: GatewayProcess, environment: dict[str, str], mode: str, tmp_path: Path
 ) -> None:
     env = {"PATH": environment["PATH"], "HOME": environment["HOME"]}
     run = f"bridge-{mode}"
     # The run counts only under a run token (issue 12), minted as the test orchestrator would.
     vouched = run_token(run, principal="sidecar-agent")
-    bridge = stdio_server(env, "--connect", sidecar.api_url, "--token", TOKEN, "--run-token", vouched)
+    # The bearer token from the environment, the run token from a file: neither in the process list.
+    run_token_file = tmp_path / "run-token"
+    run_token_file.write_text(vouched + "\n")
+    env["EGRESS_CONNECT_TOKEN"] = TOKEN
+    bridge = stdio_server(env, "--connect", sidecar.api_url, "--run-token-file", str(run_token_file))
     async with Client(bridge, mode=mode) as client:
         listed = await client.list_tools()
         results = [
@@ -231,11 +237,14 @@ async def test_connect_bridges_stdio_to_the_sidecar_policy_and_budget(
 
 
 async def test_connect_with_a_wrong_token_reports_the_refusal(
-    sidecar: GatewayProcess, environment: dict[str, str]
+    sidecar: GatewayProcess, environment: dict[str, str], tmp_path: Path
 ) -> None:
     env = {"PATH": environment["PATH"], "HOME": environment["HOME"]}
+    token_file = tmp_path / "token"
+    token_file.write_text("wrong\n")
+    bridge = stdio_server(env, "--connect", sidecar.api_url, "--token-file", str(token_file))
     with pytest.raises(BaseException) as raised:  # noqa: PT011 - the SDK wraps the MCPError in task groups
-        async with Client(stdio_server(env, "--connect", sidecar.api_url, "--token", "wrong"), mode="legacy"):
+        async with Client(bridge, mode="legacy"):
             pass
     assert "the gateway refused the request: auth_required" in " ".join(flatten(raised.value))
 
@@ -244,3 +253,50 @@ def flatten(error: BaseException) -> list[str]:
     if isinstance(error, BaseExceptionGroup):
         return [message for inner in error.exceptions for message in flatten(inner)]
     return [str(error)]
+
+
+def test_a_line_over_one_mebibyte_is_discarded_to_its_newline_and_answered_once(environment: dict[str, str]) -> None:
+    padding = "y" * (3 * 1024 * 1024 // 2)
+    oversized = {"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {"name": "web_fetch", "x": padding}}
+    ping = {"jsonrpc": "2.0", "id": 43, "method": "ping"}
+    stream = orjson.dumps(oversized) + b"\n" + orjson.dumps(ping) + b"\n"
+    done = subprocess.run(
+        [*command(), "mcp"], input=stream, env=environment, cwd="/tmp", capture_output=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    answers = [orjson.loads(line) for line in done.stdout.splitlines()]
+    # One error naming the request, then the ping's answer: the rest of the long line is no message.
+    assert [answer["id"] for answer in answers] == [42, 43], answers
+    assert answers[0]["error"]["code"] == -32600
+    assert "discarded" in answers[0]["error"]["message"]
+    assert answers[1]["result"] == {}
+    assert "Traceback" not in done.stderr.decode(errors="replace")
+
+
+def test_connect_refuses_a_token_on_the_command_line_and_reads_none_from_argv(
+    sidecar: GatewayProcess, environment: dict[str, str], tmp_path: Path
+) -> None:
+    env = {"PATH": environment["PATH"], "HOME": environment["HOME"]}
+    for flag in ("--token", "--run-token"):
+        done = subprocess.run(
+            [*command(), "mcp", "--connect", sidecar.api_url, flag, TOKEN],
+            input=b"",
+            env=env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2
+        assert "process list" in done.stderr.decode()
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    done = subprocess.run(
+        [*command(), "mcp", "--connect", sidecar.api_url, "--token-file", str(empty)],
+        input=b"",
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "must hold one token" in done.stderr.decode()

@@ -181,7 +181,7 @@ def test_denied_port_gets_403(proxy_factory: ProxyFactory, tls_origin: Origin) -
     sock, answer = _connect(proxy, "docs.example.org:8443")
     sock.close()
     assert answer.startswith(b"HTTP/1.1 403 ")
-    # The code /v1/fetch gives the same port (README error table): one decision, one code.
+    # The code /v1/fetch gives the same port (docs/reference/error-codes.md): one decision, one code.
     assert b"X-Egress-Code: unsafe_url" in answer
 
 

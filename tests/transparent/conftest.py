@@ -31,6 +31,8 @@ WORLD: dict[str, Any] = {
         "mixed.example.org": [ORIGIN_V4, PRIVATE_V4],
         "many.example.org": MANY,
     },
+    # TTL 0 (every lookup asks upstream) but for one name, whose caching the DNS tests watch.
+    "dns_ttl": {"code.example.net": 60},
     "origins": [
         {"ip": ORIGIN_V4, "port": 443, "tls": True, "names": ["docs.example.org"]},
         {"ip": ORIGIN_V4, "port": 80, "tls": False, "names": ["docs.example.org"]},

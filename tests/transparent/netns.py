@@ -109,11 +109,12 @@ class Topology:
         self.gateway_dir = self.dir / "gateway"
         self.world_dir = self.dir / "world"
         self.etc_netns_existed = True
+        self.veth_pod, self.veth_inet = f"egtp{os.getpid() % 100000}{tag[:2]}", f"egti{os.getpid() % 100000}{tag[:2]}"
 
     # building ---------------------------------------------------------------------------------
     def build(self) -> Topology:
         pod, inet = self.pod, self.inet
-        veth_pod, veth_inet = f"egtp{os.getpid() % 100000}", f"egti{os.getpid() % 100000}"
+        veth_pod, veth_inet = self.veth_pod, self.veth_inet
         commands = [
             ["ip", "netns", "add", pod],
             ["ip", "netns", "add", inet],

@@ -3,10 +3,21 @@ policy-aware listener; a denied name never leaves the pod."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 from tests.transparent.conftest import MANY
-from tests.transparent.netns import AGENT_UID, CODER_UID, DNS_V4, INET_V6, ORIGIN_V4, ORIGIN_V6, Topology, line_time
+from tests.transparent.netns import (
+    AGENT_UID,
+    CODER_UID,
+    DNS_V4,
+    INET_V6,
+    ORIGIN_V4,
+    ORIGIN_V6,
+    OTHER_V4,
+    Topology,
+    line_time,
+)
 
 
 def _dns_lines(pod: Topology, name: str) -> list[dict[str, object]]:
@@ -105,3 +116,46 @@ def test_the_dns_server_is_reachable_only_through_the_listener(pod: Topology) ->
 def test_every_audit_line_matches_the_schema(pod: Topology) -> None:
     assert pod.audit()
     assert pod.schema_errors() == []
+
+
+# A raw query dnslib would refuse to build: labels and names past RFC 1035's limits.
+RAW_QUERY = """
+import socket, struct, sys
+labels = [bytes.fromhex(label) for label in sys.argv[1].split(".")]
+query = struct.pack("!HHHHHH", 0x4242, 0x0100, 1, 0, 0, 0)
+query += b"".join(bytes([len(label)]) + label for label in labels) + b"\\x00" + struct.pack("!HH", 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(5)
+s.sendto(query, (sys.argv[2], 53))
+reply = s.recv(4096)
+txid, flags = struct.unpack_from("!HH", reply)
+print(hex(txid), flags & 0x8000 != 0, flags & 0xF)
+"""
+
+
+def test_a_label_over_63_bytes_or_a_name_over_255_gets_formerr_and_no_traceback(pod: Topology) -> None:
+    long_label = ("61" * 64) + ".6f7267"  # 'a' * 64 + '.org'
+    long_name = ".".join(["62" * 63] * 4 + ["6f7267"])  # 4 x 63 bytes + 'org': 261 bytes on the wire
+    for labels in (long_label, long_name):
+        result = pod.agent(sys.executable, "-c", RAW_QUERY, labels, DNS_V4)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == ["0x4242", "True", "1"]  # our id, a reply, FORMERR
+    lines = pod.wait_audit(lambda line: line.get("kind") == "dns" and "63 bytes" in str(line.get("reason")))
+    refused = [line for line in lines if line.get("kind") == "dns" and "63 bytes" in str(line.get("reason"))]
+    assert len(refused) >= 2
+    assert refused[-1]["code"] == "invalid_input"
+    assert "Traceback" not in (pod.dir / "gateway-stderr.log").read_text(errors="replace")
+
+
+def test_a_repeated_address_query_is_answered_from_the_gateways_own_resolver(pod: Topology) -> None:
+    def upstream_asked() -> int:
+        return pod.world_log("dns.log").splitlines().count("code.example.net A")
+
+    first = pod.dig("code.example.net", uid=CODER_UID)
+    asked = upstream_asked()
+    assert asked >= 1
+    for _ in range(3):
+        assert pod.dig("code.example.net", uid=CODER_UID) == first
+    # The same answer, and no new upstream query: it came from the resolver cache the gateway dials by.
+    assert upstream_asked() == asked
+    assert first["answers"] == [OTHER_V4]

@@ -54,7 +54,7 @@ async def main(directory: Path) -> None:
     config = orjson.loads((directory / "world.json").read_bytes())
     resolver = _LoggingResolver(directory / "dns.log")
     for name, answers in config["dns"].items():
-        resolver.scripts[name] = _Script([answers])
+        resolver.scripts[name] = _Script([answers], config.get("dns_ttl", {}).get(name, 0))
     servers = [
         DNSServer(resolver, port=53, address=config["dns_ip"], logger=DNSLogger(log="-", prefix=False), tcp=tcp)
         for tcp in (False, True)

@@ -18,12 +18,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "gateway"
 
 # Lower ranks are imported by higher ones, never the reverse.
-RANKS: dict[str, int] = {
+RANKS: dict[str, float] = {
     "gateway": 0,  # the root package: __version__ only
     "errors": 0,
     "memo": 0,
     "tasks": 0,
     "memory": 0,  # returning freed heap to the OS
+    "peer_uid": 0,  # who owns a loopback peer socket (/proc/net/tcp)
     "idle_trim": 1,  # trims the heap when the tools go quiet (memory, asyncio)
     "settings": 1,
     "listener_guard": 2,  # connection budgets for the aiohttp listeners
@@ -32,6 +33,11 @@ RANKS: dict[str, int] = {
     "policy": 2,
     "budget": 3,
     "egress": 3,
+    # Between egress and the listeners that use them (issue 26): the pure scanner, then the
+    # credential store and request screening built on it.
+    "scan": 3.2,
+    "credentials": 3.3,
+    "inspect": 3.5,  # issue 25: the CA, leaves and TLS termination the listeners use; above egress
     "proxy": 4,
     "tools": 4,
     "transparent": 5,  # reuses the proxy's tunnel and SNI peek

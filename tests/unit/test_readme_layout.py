@@ -1,4 +1,4 @@
-"""The README's layout section names every module of the package, under its own package's entry.
+"""The layout page (docs/development/architecture.md) names every module of the package, under its own package's entry.
 
 The drawing is what a new reader trusts to find their way; a module added without a line there
 is invisible to them, so the tree and the drawing are compared on every run.
@@ -18,7 +18,7 @@ WILDCARD = re.compile(r"(\w+)\*")
 def layout_entries() -> dict[str, str]:
     """Each top-level entry of the layout drawing (a package `name/` or root file names), with the
     text of its lines."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "development" / "architecture.md").read_text(encoding="utf-8")
     block = text[text.index("```\ngateway/\n") : text.index("\ntests/\n")]
     entries: dict[str, str] = {}
     current = ""
@@ -48,7 +48,7 @@ def test_every_module_is_named_under_its_package() -> None:
         text = root_text if len(parts) == 1 else entries.get(parts[0] + "/", "")
         if not is_named(module.stem, text):
             missing.append("/".join(parts))
-    assert not missing, f"modules the README layout does not name: {missing}"
+    assert not missing, f"modules docs/development/architecture.md does not name: {missing}"
 
 
 def test_every_package_entry_is_a_package() -> None:

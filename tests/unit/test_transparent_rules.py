@@ -42,11 +42,36 @@ def test_nft_rules_exempt_the_gateway_first_and_send_listed_uids_to_their_ports(
     assert text.startswith("table inet egress_gateway {}\ndelete table inet egress_gateway\n")
 
 
+def test_nft_filter_drops_invalid_first_and_accepts_no_tcp_it_did_not_redirect_or_exclude() -> None:
+    rules = [line.strip() for line in render_nft(PLAN).splitlines()]
+    filt = rules[rules.index("chain filter_output {") + 2 : -2]
+    assert filt[:2] == ["meta skuid 15337 accept", "ct state invalid counter drop"]
+    assert "tcp dport { 6443 } accept" in filt
+    assert not [rule for rule in filt if "l4proto { tcp" in rule and rule.endswith("accept") and "dport" not in rule]
+    assert filt[-2:] == ["meta l4proto { icmp, ipv6-icmp } accept", "counter drop"]
+
+
+def test_each_uid_reaches_only_its_own_gateway_ports() -> None:
+    rules = [line.strip() for line in render_nft(PLAN).splitlines()]
+    own = "meta skuid 1000 ip daddr 127.0.0.0/8 meta l4proto { tcp, udp } th dport { 15002, 15054 } accept"
+    others = "meta skuid 1000 ip daddr 127.0.0.0/8 meta l4proto { tcp, udp } th dport { 15001-15003, 15053-15055 } drop"
+    catch_all = "ip6 daddr ::1/128 meta l4proto { tcp, udp } th dport { 15001, 15053 } accept"
+    assert rules.index(own) + 1 == rules.index(others)
+    # Every listed uid is decided before the catch-all, which would hand it the base (default) ports.
+    assert rules.index(others) < rules.index(catch_all)
+
+
 @pytest.mark.parametrize(("version", "loopback", "icmp"), [(4, "127.0.0.0/8", "icmp"), (6, "::1/128", "ipv6-icmp")])
 def test_iptables_rendering_per_family(version: int, loopback: str, icmp: str) -> None:
     text = render_iptables(PLAN, version)
     assert f"-A EGRESS_GW_OUTPUT -d {loopback} -j RETURN" in text
     assert f"-A EGRESS_GW_OUTPUT -p {icmp} -j ACCEPT" in text
+    assert "-A EGRESS_GW_OUTPUT -m conntrack --ctstate INVALID -j DROP" in text
+    assert "-A EGRESS_GW_OUTPUT -p tcp -j ACCEPT" not in text
+    assert (
+        f"-A EGRESS_GW_OUTPUT -m owner --uid-owner 1001 -d {loopback} -p udp -m multiport "
+        "--dports 15001:15003,15053:15055 -j DROP"
+    ) in text
     assert ("10.96.0.1/32" in text) == (version == 4)
     assert text.count("COMMIT") == 2
 

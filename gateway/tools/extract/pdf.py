@@ -39,7 +39,14 @@ def _open(body: bytes) -> pdfium.PdfDocument:
 
 
 def _page_text(document: pdfium.PdfDocument, index: int) -> str:
-    page = document[index]
+    try:
+        page = document[index]
+    except pdfium.PdfiumError:
+        # PDFium will not load a page whose tree is broken, e.g. a /Pages node among its own kids.
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_CONTENT,
+            f"PDF page {index + 1} could not be loaded (a broken or self-referencing page tree)",
+        ) from None
     try:
         textpage = page.get_textpage()
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -38,6 +39,8 @@ DEFAULT_IDLE_EXIT_S = 60.0
 DEFAULT_TIME_LIMIT_S = 10.0
 START_TIMEOUT_S = 15.0
 RETIRE_TIMEOUT_S = 2.0
+# A worker whose pipe closed mid-job is dying: this long to learn how (a signal means a bomb).
+EXIT_STATUS_WAIT_S = 1.0
 # An answer is the page text (bounded by max_source_chars) and a few links: anything far larger
 # means a worker gone wrong.
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
@@ -163,6 +166,13 @@ class ExtractionWorker:
                 with contextlib.suppress(asyncio.CancelledError, WorkerGone):
                     await job_task
 
+    async def exit_status(self, wait_s: float) -> int | None:
+        """The worker's exit status once it has exited (negative: the signal), None if it lives on."""
+        try:
+            return await asyncio.to_thread(self.process.wait, wait_s)
+        except subprocess.TimeoutExpired:
+            return None
+
     def _close_pipes(self) -> None:
         # Through the transports, which own the pipes: closing a pipe's file under a live
         # transport leaves its fd number registered with the loop, and the next pipe gets it.
@@ -204,6 +214,23 @@ def _job(
     )
     size = FRAME.size + len(header) + len(body)
     return FRAME.pack(size) + FRAME.pack(len(header)) + header, body
+
+
+def _worker_gone_error(returncode: int | None) -> GatewayError:
+    """What a worker that died mid-job says about the page. Every Python error is answered inside
+    the worker, so a death is native: killed by a signal means the page exhausted what the worker
+    may use (an allocation over its address-space cap aborts, the kernel kills a runaway, a stack
+    overflow faults): a bomb, `too_large` as documented. Anything else is an unreadable page."""
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return GatewayError(
+            ErrorCode.TOO_LARGE,
+            f"the page needs more memory or stack than the converter may use (the converter died of {name})",
+        )
+    return GatewayError(ErrorCode.UNSUPPORTED_CONTENT, "the page could not be converted (the converter exited)")
 
 
 class ExtractionPool:
@@ -248,10 +275,10 @@ class ExtractionPool:
                     f"conversion time cap hit: the page took over {time_limit_s:g} CPU seconds to convert",
                 ) from None
             except WorkerGone:
+                # How it ended, read before the discard kills it: our own SIGKILL says nothing.
+                returncode = await worker.exit_status(EXIT_STATUS_WAIT_S)
                 await self._discard(worker)
-                raise GatewayError(
-                    ErrorCode.UNSUPPORTED_CONTENT, "the page could not be converted (the converter exited)"
-                ) from None
+                raise _worker_gone_error(returncode) from None
             except BaseException:
                 # Cancelled mid-job (the fetch deadline, a client gone): the worker is still busy
                 # with a page nobody waits for, and may be a bomb; replace it.

@@ -62,6 +62,15 @@ def run_job(payload: bytes) -> dict[str, Any]:
     except MemoryError:
         refusal = GatewayError(ErrorCode.TOO_LARGE, "the page needs more memory than the converter may use")
         page = RenderedPage(refusal=refusal)
+    except RecursionError:
+        refusal = GatewayError(ErrorCode.TOO_LARGE, "the page nests deeper than the converter may follow")
+        page = RenderedPage(refusal=refusal)
+    except Exception as exc:
+        # A library raising on hostile input must not take the worker down with a traceback in the
+        # log (the pool would call it "the converter exited"): a typed refusal naming the error.
+        sys.stderr.write(f"extraction worker: {type(exc).__name__} while converting a page\n")
+        refusal = GatewayError(ErrorCode.UNSUPPORTED_CONTENT, f"the page could not be converted ({type(exc).__name__})")
+        page = RenderedPage(refusal=refusal)
     return page.to_wire()
 
 

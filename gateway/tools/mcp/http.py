@@ -120,11 +120,17 @@ class McpHttpEndpoint:
             run_id = meta.get(RUN_META_KEY)
             step_id = meta.get(STEP_META_KEY)
             # Agent-named ids count only inside the run its X-Egress-Run-Token vouches for (issue 12).
-            call_context = self._api.meta_context(
-                context,
-                run_id if isinstance(run_id, str) else None,
-                step_id if isinstance(step_id, str) else None,
-            )
+            try:
+                call_context = self._api.meta_context(
+                    context,
+                    run_id if isinstance(run_id, str) else None,
+                    step_id if isinstance(step_id, str) else None,
+                )
+            except GatewayError as exc:
+                # Refused before the call starts (a `_meta` run the run token contradicts): still
+                # audited and counted, as the same refusal of an X-Egress-Run header on /v1 is.
+                self._api.audit_refusal(tool, request, exc, context)
+                raise
             return await self._api.call_tool(tool, call_context, arguments, request)
 
         return McpCaller(tools=tools, run=run)
@@ -137,6 +143,9 @@ class McpHttpEndpoint:
         try:
             context = self._api.context_for(request)
         except GatewayError as exc:
+            # A guessed bearer token (401) or a forged run token (403): the line and the
+            # auth-failure count /v1 gives the same refusal, so guessing here trips the same alert.
+            self._api.audit_refusal("mcp", request, exc, None)
             return error_response(exc)
         if not _accepts_json(request.headers.get("Accept")):
             return _rpc_error(406, INVALID_REQUEST, "Not Acceptable: the client must accept application/json")

@@ -12,6 +12,9 @@ from typing import Any
 from gateway.errors import ErrorCode, GatewayError
 from gateway.tools.schemas import Tool
 
+# Where a tool error carries the `/v1` error object (code, message, retryable, ...) for programs.
+ERROR_META_KEY = "egress-gateway/error"
+
 NEXT_STEP: dict[ErrorCode, str] = {
     ErrorCode.INVALID_INPUT: "fix the argument named in the reason and call again",
     ErrorCode.UNSAFE_URL: "use a plain public http(s) URL without credentials or secret parameters",
@@ -44,6 +47,11 @@ def error_text(error: GatewayError) -> str:
     return f"Refused: {error.code}: {error.message}{retry}\nWhat to do next: {next_step}."
 
 
+def _removed_line(result: dict[str, Any]) -> list[str]:
+    removed = result.get("controlCharsRemoved") or 0
+    return [f"[{removed} control or hidden characters were removed from this result.]"] if removed else []
+
+
 def search_text(result: dict[str, Any]) -> str:
     rows = result.get("results") or []
     lines = [f"Search results for {result.get('query', '')!r} ({len(rows)} from {result.get('provider', '?')}):", ""]
@@ -51,7 +59,7 @@ def search_text(result: dict[str, Any]) -> str:
         lines += [f"{index}. {hit.get('title', '')}", f"   {hit.get('url', '')}", f"   {hit.get('snippet', '')}"]
     if not rows:
         lines.append("No results.")
-    lines += ["", "Read a result with web_fetch.", str(result.get("notice", ""))]
+    lines += ["", *_removed_line(result), "Read a result with web_fetch.", str(result.get("notice", ""))]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -68,7 +76,8 @@ def fetch_text(result: dict[str, Any]) -> str:
         )
     else:
         tail = f"[Characters {offset}-{end} of {total}: end of the page.]"
-    return f"{head}\n{content}\n\n{tail}\n{result.get('notice', '')}".rstrip() + "\n"
+    removed = "".join(f"{line}\n" for line in _removed_line(result))
+    return f"{head}\n{content}\n\n{tail}\n{removed}{result.get('notice', '')}".rstrip() + "\n"
 
 
 def tool_result(tool: Tool, result: dict[str, Any]) -> dict[str, Any]:
@@ -77,8 +86,13 @@ def tool_result(tool: Tool, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def tool_error(error: GatewayError) -> dict[str, Any]:
+    """A refusal as a tool error every client accepts: text for the model, the `/v1` error object
+    under `_meta` for programs. Never `structuredContent`: strict clients (the TypeScript SDK v1,
+    the MCP Inspector) validate it against the tool's `outputSchema` even on `isError` and reject
+    the whole result (-32602), so the model would never read the refusal; widening each output
+    schema to admit the error shape instead would make every client's typed result a union."""
     return {
         "content": [{"type": "text", "text": error_text(error)}],
-        "structuredContent": error.to_body(),
         "isError": True,
+        "_meta": {ERROR_META_KEY: error.to_body()["error"]},
     }

@@ -18,6 +18,7 @@ import orjson
 
 from gateway.tasks import spawn
 from gateway.tools.mcp.envelope import INVALID_REQUEST, PARSE_ERROR, PROTOCOL_VERSION_META_KEY, check_envelope_2026
+from gateway.tools.mcp.line_framing import LineFramer, Oversized
 from gateway.tools.mcp.protocol import (
     MODERN_VERSIONS,
     JsonRpcError,
@@ -30,6 +31,8 @@ from gateway.tools.mcp.protocol import (
 )
 
 MAX_LINE_BYTES = 1024 * 1024
+READ_CHUNK_BYTES = 64 * 1024
+OVERSIZED_MESSAGE = f"message over {MAX_LINE_BYTES} bytes: discarded up to its newline"
 
 LineHandler = Callable[[bytes], Awaitable[dict[str, Any] | None]]
 
@@ -70,6 +73,7 @@ def line_handler(caller: McpCaller) -> LineHandler:
 
 async def _stdio_streams() -> tuple[asyncio.StreamReader, asyncio.WriteTransport]:
     loop = asyncio.get_running_loop()
+    # The reader's limit only bounds what it buffers before pausing the pipe; lines are cut by LineFramer.
     reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
     transport, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout.buffer)
@@ -89,19 +93,21 @@ async def serve_lines(handle: LineHandler) -> None:
     async def respond(line: bytes) -> None:
         write(await handle(line))
 
+    framer = LineFramer(MAX_LINE_BYTES)
     while True:
-        try:
-            line = await reader.readline()
-        except ValueError:
-            write(error_object(None, INVALID_REQUEST, f"message over {MAX_LINE_BYTES} bytes"))
-            continue
-        if not line:
+        chunk = await reader.read(READ_CHUNK_BYTES)
+        events = framer.feed(chunk) if chunk else framer.finish()
+        for event in events:
+            if isinstance(event, Oversized):
+                # Discarded to its newline: the rest of the line is never read as a message, and
+                # the request (when its id could be read) gets exactly one answer.
+                write(error_object(event.request_id, INVALID_REQUEST, OVERSIZED_MESSAGE))
+            elif event.strip():
+                task = spawn(respond(event), name="mcp-stdio-request")
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+        if not chunk:
             break
-        if not line.strip():
-            continue
-        task = spawn(respond(line), name="mcp-stdio-request")
-        pending.add(task)
-        task.add_done_callback(pending.discard)
     if pending:
         await asyncio.gather(*pending, return_exceptions=True)
     out.close()

@@ -27,7 +27,9 @@ MAX_SNIPPET_CHARS = 1_000
 
 _TAG_RE = re.compile(r"<[^>]*>")
 # Control characters and bidi/zero-width formatting can hide or reorder text an agent reads.
-_INVISIBLE_RE = re.compile("[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
+# Zero-width characters only: controls, bidi overrides and tag characters are removed (and
+# counted) from every result at the tool's edge (gateway/tools/terminal_safe.py).
+_INVISIBLE_RE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff]")
 # Ad networks' click endpoints: a row linking there is an ad whatever the page called it.
 _AD_URL_PREFIXES = (
     "https://duckduckgo.com/y.js",

@@ -23,6 +23,7 @@ from gateway.tools.search.aggregate import OUTCOME_CACHED, OUTCOME_SKIPPED, Sear
 from gateway.tools.search.query import SearchQuery
 from gateway.tools.search.registry import engines_from_settings
 from gateway.tools.search.transport import EngineReply, EngineRequest, make_reply
+from gateway.tools.terminal_safe import Stripper
 
 ENGINE_MAX_BYTES = 2 * 1024 * 1024
 CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "x-subscription-token"})
@@ -113,7 +114,11 @@ class SearchTool:
         if result.provider:
             metrics.SEARCH_RESULTS.labels(engine=result.provider).observe(len(result.results))
         body = result.to_json()
+        strip = Stripper()
+        for hit in body["results"]:
+            hit.update(title=strip(hit["title"]), url=strip(hit["url"]), snippet=strip(hit["snippet"]))
         body.update(
+            controlCharsRemoved=strip.removed,
             query=query.query,
             retrievedAt=retrieved_at(),
             notice=NOTICE,

@@ -102,6 +102,9 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- if and .Values.metrics.serviceMonitor.enabled (eq .Values.mode "sidecar") }}
 {{- fail "metrics.serviceMonitor needs mode=deployment (in sidecar mode scrape the workload's pods with a PodMonitor)" }}
 {{- end }}
+{{- if and .Values.inspection.enabled (not (and .Values.inspection.caSecret .Values.inspection.trustConfigMap)) }}
+{{- fail "inspection.enabled needs inspection.caSecret (the CA's tls Secret) and inspection.trustConfigMap (ca.pem and bundle.pem for agents)" }}
+{{- end }}
 {{- end }}
 
 {{/* "true" when the pod's traffic is intercepted (sidecar mode with transparent.enabled). */}}
@@ -283,6 +286,12 @@ token-{{ $principal }}: {{ $token | b64enc | quote }}
 {{- if include "egress-gateway.transparent" . }}
 {{ include "egress-gateway.transparentEnv" . | trim }}
 {{- end }}
+{{- if .Values.inspection.enabled }}
+- name: EGRESS_INSPECT_CA_CERT
+  value: "/etc/egress-gateway/inspect-ca/tls.crt"
+- name: EGRESS_INSPECT_CA_KEY
+  value: "/etc/egress-gateway/inspect-ca/tls.key"
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -350,6 +359,11 @@ volumeMounts:
     readOnly: true
   - name: egress-gateway-tmp
     mountPath: /tmp
+  {{- if $v.inspection.enabled }}
+  - name: egress-gateway-inspect-ca
+    mountPath: /etc/egress-gateway/inspect-ca
+    readOnly: true
+  {{- end }}
   {{- with $v.extraVolumeMounts }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -367,6 +381,13 @@ volumeMounts:
   emptyDir:
     medium: Memory
     sizeLimit: {{ .Values.tmpSizeLimit }}
+{{- if .Values.inspection.enabled }}
+# The interception CA: the gateway container mounts it, no agent container does.
+- name: egress-gateway-inspect-ca
+  secret:
+    secretName: {{ .Values.inspection.caSecret }}
+    defaultMode: 0440
+{{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
@@ -435,4 +456,38 @@ http_proxy and other tools read only one of the two. */}}
 - name: {{ . }}
   value: {{ $noProxy | quote }}
 {{- end }}
+{{- if .Values.inspection.enabled }}
+{{ include "egress-gateway.agentTrustEnv" . | trim }}
+{{- end }}
+{{- end }}
+
+{{/* What makes an agent's tools trust the interception CA (docs/guides/trusting-the-ca.md):
+the variables that replace a tool's store point at the combined bundle (roots + CA);
+NODE_EXTRA_CA_CERTS adds to Node's roots, so it takes the CA alone. */}}
+{{- define "egress-gateway.agentTrustEnv" -}}
+{{- $dir := .Values.inspection.agentTrustPath }}
+{{- range list "SSL_CERT_FILE" "REQUESTS_CA_BUNDLE" "CURL_CA_BUNDLE" "GIT_SSL_CAINFO" "PIP_CERT" "NPM_CONFIG_CAFILE" }}
+- name: {{ . }}
+  value: {{ printf "%s/bundle.pem" $dir | quote }}
+{{- end }}
+- name: NODE_EXTRA_CA_CERTS
+  value: {{ printf "%s/ca.pem" $dir | quote }}
+{{- end }}
+
+{{/* The agent's trust files: a volume for the pod and its mount for the agent container. */}}
+{{- define "egress-gateway.agentTrustVolume" -}}
+- name: egress-gateway-trust
+  configMap:
+    name: {{ .Values.inspection.trustConfigMap }}
+    items:
+      - key: ca.pem
+        path: ca.pem
+      - key: bundle.pem
+        path: bundle.pem
+{{- end }}
+
+{{- define "egress-gateway.agentTrustVolumeMount" -}}
+- name: egress-gateway-trust
+  mountPath: {{ .Values.inspection.agentTrustPath }}
+  readOnly: true
 {{- end }}

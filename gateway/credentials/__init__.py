@@ -1,0 +1,1 @@
+"""Credential brokering: held secrets, their placeholders, and the screening of outbound requests."""

@@ -1,0 +1,1 @@
+"""Outbound secret scanning: pure matchers over bytes, findings without the matched text."""
