@@ -29,9 +29,7 @@ from tests.harness.dns import FakeDNS
 from tests.harness.inspection import InspectingGateway, InterceptionCA, inspecting_gateway, interception_ca
 from tests.harness.origins import HarnessLoop, Origin, OriginFactory, listening_socket, stop_serving
 from tests.harness.proxy import proxy_policy
-from tests.unit.test_hello_gate import CHANGE_CIPHER_SPEC
-from tests.unit.test_inspect_tls import without_key_shares
-from tests.unit.test_sni import client_hello
+from tests.harness.tls_records import CHANGE_CIPHER_SPEC, client_hello, without_key_shares
 
 __all__ = ["inspecting_gateway", "interception_ca"]
 
