@@ -150,7 +150,9 @@ async def load_dns(server: str, port: int, seconds: float) -> dict[str, Any]:
             except TimeoutError:
                 errors += 1
                 continue
-            if DNSRecord.parse(reply).rr:
+            # NOERROR with at least one answer, read from the header: a full parse per reply would
+            # cost the load generator more CPU than the servers it measures, on the same two cores.
+            if len(reply) >= 12 and reply[3] & 0x0F == 0 and int.from_bytes(reply[6:8]) > 0:
                 done += 1
             else:
                 errors += 1

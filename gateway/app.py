@@ -231,6 +231,18 @@ class Gateway:
         refused (`inspection_unsupported`), never spliced: a bypass comes only from policy."""
         settings = self.settings
         if not settings.inspect_ca_cert or not settings.inspect_ca_key:
+            policy = self.policy.current.policy
+            if policy.defaults.scan or any(p.scan for p in policy.principals.values()):
+                # pipelock's lesson: a scanner that silently sees no HTTPS is worse than none.
+                log.warning(
+                    "outbound scanning is on but no interception CA is configured: only plain HTTP, "
+                    "web_fetch URLs, web_search queries and DNS names are scanned, never HTTPS"
+                )
+            if policy.credentials.entries:
+                log.warning(
+                    "credentials are listed but no interception CA is configured: CONNECTs to their bound "
+                    "hosts are refused (inspection_unsupported), so no placeholder or value leaves"
+                )
             if any(p.inspect for p in self.policy.current.policy.principals.values()) or (
                 self.policy.current.policy.defaults.inspect
             ):

@@ -22,7 +22,7 @@ from gateway.errors import GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.policy.model import Policy, Principal, ScanSettings
-from gateway.scan.scanner import BODY, DNS, HEADER, QUERY, URL, BodyScan, Finding, Scanner
+from gateway.scan.scanner import BODY, DNS, QUERY, URL, BodyScan, Finding, Scanner
 
 
 class OutboundGuard:
@@ -88,11 +88,8 @@ class OutboundGuard:
         if scan is None:
             return None
         scanner = self.scanner(scan)
-        findings: list[Finding] = []
-        if url:
-            findings += scanner.scan_text(url, URL)
-        if fields:
-            findings += scan_fields(scanner, fields)
+        raw_url = url.encode("utf-8", "surrogateescape") if isinstance(url, str) else (url or b"")
+        findings = scanner.scan_head(raw_url, fields) if fields else scanner.scan_text(raw_url, URL)
         if not findings:
             return None
         return self._judge(facts, findings, scan, generation)
@@ -207,26 +204,6 @@ def content_encoding(fields: bytes) -> str | None:
         return None
     end = lowered.find(b"\r", at + 1)
     return lowered[at + 18 : end if end >= 0 else None].strip().decode("latin-1")
-
-
-def scan_fields(scanner: Scanner, fields: bytes) -> list[Finding]:
-    """Findings in a block of header field lines, each placed by its header's name and the
-    offset into that header's value. The block is scanned in one pass; a finding's offset is
-    mapped back to its line."""
-    raw = scanner.scan_text(fields, HEADER)
-    if not raw:
-        return []
-    out: list[Finding] = []
-    for finding in raw:
-        at = finding.offset or 0
-        line_start = fields.rfind(b"\n", 0, at) + 1
-        colon = fields.find(b":", line_start)
-        name = fields[line_start:colon].strip().decode("latin-1").lower() if colon >= 0 else "?"
-        value_start = colon + 1 if colon >= 0 else line_start
-        while value_start < len(fields) and fields[value_start] in b" \t":
-            value_start += 1
-        out.append(Finding(finding.rule, finding.tier, HEADER, name, max(at - value_start, 0), finding.credential))
-    return out
 
 
 __all__ = ["BODY", "DNS", "BodyGuard", "OutboundGuard", "RequestFacts"]

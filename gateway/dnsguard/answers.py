@@ -54,21 +54,27 @@ class AddressAnswer:
     rule_pattern: str | None = None
     # The answer section per (type, whole seconds of TTL left): built once per second, not per query.
     _sections: dict[tuple[int, int], tuple[int, bytes]] = field(default_factory=dict, compare=False)
+    _counts: dict[int, int] = field(default_factory=dict, compare=False)
 
-    def reply(self, query: Question, *, tcp: bool, now: float) -> bytes:
+    def reply(self, txid: int, query: Question, *, tcp: bool, now: float) -> bytes:
         if self.rcode:
-            return rcode_reply(query, self.rcode)
+            return rcode_reply(txid, query, self.rcode)
         key = (query.qtype, int(self.expires - now))
         section = self._sections.get(key)
         if section is None:
             self._sections.clear()  # the seconds before are gone for good
             section = self._sections[key] = answer_records(query.qtype, self.addresses, key[1])
-        return address_reply(query, section, tcp=tcp)
+        return address_reply(txid, query, section, tcp=tcp)
 
     def count(self, qtype: int) -> int:
         """How many records of the asked family the answer carries."""
-        family = 4 if qtype == TYPE_A else 6
-        return 0 if self.rcode else sum(1 for address in self.addresses if address.version == family)
+        if self.rcode:
+            return 0
+        v4 = self._counts.get(qtype)
+        if v4 is None:
+            family = 4 if qtype == TYPE_A else 6
+            v4 = self._counts[qtype] = sum(1 for address in self.addresses if address.version == family)
+        return v4
 
 
 class AddressAnswers:

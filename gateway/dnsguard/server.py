@@ -26,12 +26,13 @@ from gateway.credentials.screen import RequestFacts
 from gateway.dnsguard.answers import AddressAnswer, AddressAnswers
 from gateway.dnsguard.upstream import Upstream
 from gateway.dnsguard.verdict import fit_udp, judge_answer, judge_query, refused_reply
-from gateway.dnsguard.wire import TYPE_A, TYPE_AAAA, Question, read_question
+from gateway.dnsguard.wire import TYPE_A, TYPE_AAAA, Question, QuestionMemo, txid_of
 from gateway.egress.target import EgressCore
 from gateway.errors import GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.observe.audit_fields import client_fields, new_connection_id
+from gateway.observe.loop_metrics import CounterChild
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.policy.transparent import KNOWN_QUERY_TYPES
 from gateway.settings import ListenAddress
@@ -53,7 +54,8 @@ class DnsListener:
         self.upstream = upstream
         self.guard = guard  # a credential placeholder in a name is refused (issue 26)
         self.answers = AddressAnswers(core)
-        self._query_counts: dict[tuple[str, str], Any] = {}
+        self.questions = QuestionMemo()
+        self._query_counts: dict[tuple[str, str], CounterChild] = {}
         self.in_flight = 0
         self._transports: list[asyncio.BaseTransport] = []
         self._servers: list[asyncio.AbstractServer] = []
@@ -84,7 +86,7 @@ class DnsListener:
     def answer_remembered(self, data: bytes, uid: int | None, *, tcp: bool, peer: object = None) -> bytes | None:
         """The reply at once, without a task, when the query is a plain address question whose answer
         is already decided for the port's principal; None sends it to `answer`."""
-        question = read_question(data)
+        question = self.questions.read(data)
         if question is None or question.qtype not in (TYPE_A, TYPE_AAAA):
             return None
         loaded = self.core.loaded
@@ -104,7 +106,7 @@ class DnsListener:
             principal.name, question, qtype=qtype, answer=remembered, generation=loaded.generation,
             started=started, client=client,
         )  # fmt: skip
-        return remembered.reply(question, tcp=tcp, now=self.answers.clock())
+        return remembered.reply(txid_of(data), question, tcp=tcp, now=self.answers.clock())
 
     async def answer(self, data: bytes, uid: int | None, *, tcp: bool, peer: object = None) -> bytes | None:
         """The reply to one query (None: nothing can be answered, e.g. not even a header)."""
@@ -121,7 +123,7 @@ class DnsListener:
                 generation=loaded.generation, started=started, client=client,
             )  # fmt: skip
             return None
-        question = read_question(data)
+        question = self.questions.read(data)
         if question is not None and question.qtype in (TYPE_A, TYPE_AAAA):
             qtype = "A" if question.qtype == TYPE_A else "AAAA"
             if qtype in policy.transparent.dns_allow_types and not self._screened_out(principal, question.name, loaded):
@@ -133,7 +135,7 @@ class DnsListener:
                         principal.name, question, qtype=qtype, answer=answer, generation=loaded.generation,
                         started=started, client=client,
                     )  # fmt: skip
-                    return answer.reply(question, tcp=tcp, now=self.answers.clock())
+                    return answer.reply(txid_of(data), question, tcp=tcp, now=self.answers.clock())
         verdict = judge_query(data, policy, principal)
         if verdict.name and self.guard is not None:
             facts = RequestFacts("dns", principal.name, "", verdict.name, None)
@@ -223,9 +225,9 @@ class DnsListener:
         labels = (decision, qtype if qtype in KNOWN_QUERY_TYPES else "OTHER")
         count = self._query_counts.get(labels)
         if count is None:
-            # A child per label pair, remembered: `labels()` per query is a lookup and a lock.
+            # A child per label pair, remembered: `labels()` per query builds a key and looks it up.
             count = self._query_counts[labels] = metrics.DNS_QUERIES.labels(*labels)
-        count.inc()
+        count.value += 1
         # A query the upstream failed is the policy's allow with the failure as the outcome.
         self.audit.decision(
             kind="dns",

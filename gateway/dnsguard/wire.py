@@ -36,9 +36,11 @@ _POINTER_TO_QUESTION = b"\xc0\x0c"
 
 @dataclass(frozen=True, slots=True)
 class Question:
-    """One plain query: its id and flags, the question as sent, and what it asks."""
+    """One plain query but its id (`txid_of`): its flags, the question as sent, and what it asks.
 
-    txid: int
+    Without the id, the same question asked again is the same bytes after the first two, which
+    `QuestionMemo` reads once."""
+
     flags: int
     name: str  # lower case, no trailing dot
     qtype: int
@@ -50,7 +52,7 @@ def read_question(data: bytes) -> Question | None:
     """The query's question when it has the plain shape above, else None (the general path)."""
     if len(data) < HEADER_BYTES + 5:
         return None
-    txid, flags, qdcount, ancount, nscount, arcount = _HEADER.unpack_from(data)
+    _txid, flags, qdcount, ancount, nscount, arcount = _HEADER.unpack_from(data)
     # QR clear, opcode 0 (QUERY); one question and nothing else but an optional OPT.
     if flags & 0xF800 or qdcount != 1 or ancount or nscount or arcount > 1:
         return None
@@ -86,18 +88,43 @@ def read_question(data: bytes) -> Question | None:
     if qclass != CLASS_IN:
         return None
     name = b".".join(labels).decode("ascii").lower()
-    return Question(txid, flags, name, qtype, bytes(question), udp_limit)
+    return Question(flags, name, qtype, bytes(question), udp_limit)
 
 
-def _reply_header(query: Question, rcode: int, answers: int, *, truncated: bool = False) -> bytes:
+def txid_of(data: bytes) -> int:
+    return int.from_bytes(data[:2])
+
+
+class QuestionMemo:
+    """`read_question` remembered per query without its id: an agent asks the same few names over
+    and over, and reading one costs more than the rest of a remembered answer. Bounded; what is
+    not plain is remembered too (as None), so a flood of one malformed query costs a lookup."""
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self.max_entries = max_entries
+        self._read: dict[bytes, Question | None] = {}
+
+    def read(self, data: bytes) -> Question | None:
+        key = data[2:]
+        try:
+            return self._read[key]
+        except KeyError:
+            pass
+        if len(self._read) >= self.max_entries:
+            self._read.clear()  # a new working set: cheaper than an LRU's bookkeeping per query
+        question = self._read[key] = read_question(data)
+        return question
+
+
+def _reply_header(txid: int, query: Question, rcode: int, answers: int, *, truncated: bool = False) -> bytes:
     # QR, the query's RD, RA (we recurse for the client); AA clear: the gateway is no authority.
     flags = 0x8080 | (query.flags & 0x0100) | (0x0200 if truncated else 0) | rcode
-    return _HEADER.pack(query.txid, flags, 1, answers, 0, 0)
+    return _HEADER.pack(txid, flags, 1, answers, 0, 0)
 
 
-def rcode_reply(query: Question, rcode: int) -> bytes:
+def rcode_reply(txid: int, query: Question, rcode: int) -> bytes:
     """The question echoed with `rcode` and no answer (a refusal, NXDOMAIN, SERVFAIL)."""
-    return _reply_header(query, rcode, 0) + query.question
+    return _reply_header(txid, query, rcode, 0) + query.question
 
 
 def answer_records(qtype: int, addresses: Sequence[IPAddress], ttl_s: int) -> tuple[int, bytes]:
@@ -110,7 +137,7 @@ def answer_records(qtype: int, addresses: Sequence[IPAddress], ttl_s: int) -> tu
     return len(picked), records
 
 
-def address_reply(query: Question, records: tuple[int, bytes], *, tcp: bool) -> bytes:
+def address_reply(txid: int, query: Question, records: tuple[int, bytes], *, tcp: bool) -> bytes:
     """`answer_records` as the answer to `query`.
 
     A CNAME chain the resolver followed is not repeated: the answer names the addresses the
@@ -118,9 +145,9 @@ def address_reply(query: Question, records: tuple[int, bytes], *, tcp: bool) -> 
     the question alone with TC set (RFC 2181 9), so the client asks again over TCP.
     """
     count, section = records
-    reply = _reply_header(query, 0, count) + query.question + section
+    reply = _reply_header(txid, query, 0, count) + query.question + section
     if not tcp and len(reply) > query.udp_limit:
-        return _reply_header(query, 0, 0, truncated=True) + query.question
+        return _reply_header(txid, query, 0, 0, truncated=True) + query.question
     return reply
 
 

@@ -3,7 +3,8 @@
 In the style of httpcore's `map_exceptions`: the dialer (`connect.py`) and the guarded client
 (`client.py`) do their socket work inside `mapped_io_errors(target)` or hand a caught exception
 to `io_error`, and nothing else in the egress core catches a transport exception. Exceptions are
-told apart by type (and by the cause aiohttp chains to them), never by their message text. A
+told apart by type (and by the cause aiohttp chains to them), never by their message text but in
+`_header_flood`, where aiohttp gives no type. A
 message names the host and the kind of failure, never bytes the origin sent.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import aiohttp
-from aiohttp.http_exceptions import LineTooLong
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
@@ -47,14 +48,36 @@ def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
     return False
 
 
+def _header_flood(exc: BaseException) -> bool:
+    """Whether aiohttp's parser stopped at its header-count ceiling. The one place a message is
+    read: aiohttp (3.14) raises the plain BadHttpMessage it uses for every malformed head, with
+    "Too many headers received" (or trailers) as the only difference. Without this a head over
+    the ceiling (4x max_headers) was connect_failure while one just over the cap was too_large;
+    tests/integration/test_egress_client.py fails if aiohttp changes the wording."""
+    cause = exc.__cause__
+    for _ in range(4):
+        if cause is None:
+            return False
+        if type(cause) is BadHttpMessage:
+            return str(cause.message).startswith(("Too many headers", "Too many trailers"))
+        cause = cause.__cause__
+    return False
+
+
+def _response_head_error(exc: aiohttp.ClientResponseError, target: PinnedTarget) -> GatewayError:
+    if _caused_by(exc, LineTooLong):
+        return GatewayError(ErrorCode.TOO_LARGE, f"{target.name} sent a response header line over the cap")
+    if _header_flood(exc):
+        return GatewayError(ErrorCode.TOO_LARGE, f"{target.name} sent a flood of response header fields")
+    return GatewayError(ErrorCode.CONNECT_FAILURE, f"{target.name} sent a malformed response head")
+
+
 def io_error(exc: BaseException, target: PinnedTarget) -> GatewayError:
     """The GatewayError for a transport exception met while talking to `target`."""
     if isinstance(exc, GatewayError):
         return exc
     if isinstance(exc, aiohttp.ClientResponseError):
-        if _caused_by(exc, LineTooLong):
-            return GatewayError(ErrorCode.TOO_LARGE, f"{target.name} sent a response header line over the cap")
-        return GatewayError(ErrorCode.CONNECT_FAILURE, f"{target.name} sent a malformed response head")
+        return _response_head_error(exc, target)
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         # The same certificate fails the same way on a retry: not retryable.
         return GatewayError(

@@ -46,7 +46,7 @@ DNS_LOOKUP_SECONDS = Histogram(
     buckets=_LATENCY_BUCKETS_S,
     registry=REGISTRY,
 )
-DNS_QUERIES = Counter(
+DNS_QUERIES = LoopCounter(
     "egress_gateway_dns_queries_total",
     "Queries answered by the policy-aware DNS listener, by decision and query type (known types, else OTHER).",
     ["decision", "qtype"],

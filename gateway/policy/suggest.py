@@ -248,7 +248,9 @@ def suggest(
                 entry, count if isinstance(count, int) and count > 0 else 1
             )
             continue
-        if event != "decision" or verdict not in ("allow", "deny", "would_deny"):
+        # An inspected request that was let through is written once, as its close line.
+        counted = event == "decision" or (event == "close" and entry.get("kind") == "inspect")
+        if not counted or verdict not in ("allow", "deny", "would_deny"):
             continue
         decisions += 1
         times.append(str(entry.get("time", "")))

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit_fields import connection_fields
+from gateway.peer_uid import loopback_peer_uid
 from gateway.policy.inspect_decide import inspects_host
 from gateway.proxy.connection_deadlines import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
 from gateway.proxy.deadline import LazyDeadline
@@ -43,10 +44,13 @@ from gateway.tasks import spawn
 
 if TYPE_CHECKING:
     from gateway.egress.connect import PinnedDial
+    from gateway.policy.model import LoadedPolicy
     from gateway.proxy.dispatch import KeptDecision
     from gateway.proxy.server import ProxyServer
 
 
+# Not looked up yet (None is a looked-up answer: not on loopback, or the socket is gone).
+_UNKNOWN_UID = object()
 # The unlabelled histogram's child, bound once: the family's `observe` is one more call per request.
 _FORWARD_SECONDS = metrics.HTTP_FORWARD_SECONDS.labels()
 
@@ -64,6 +68,7 @@ class ClientConnection(asyncio.Protocol):
         "_framing",
         "_limits",
         "_pause_mask",
+        "_peer_uid",
         "_queued",
         "_receiving",
         "_request",
@@ -90,6 +95,7 @@ class ClientConnection(asyncio.Protocol):
         # bytes, not a bytearray, so that none is made for a connection that sends nothing early.
         self._early = b""
         self._pause_mask = NOT_PAUSED
+        self._peer_uid: int | object | None = _UNKNOWN_UID
         # The connection's deadline (head or keep-alive idle) and half-close, as data; `_deadline`
         # is its entry in the wheel, which a tunnel on this connection takes over for its limits.
         self._limits = ClientLimits()
@@ -108,6 +114,20 @@ class ClientConnection(asyncio.Protocol):
     @property
     def busy(self) -> bool:
         return self._tunnel is not None or self._exchange is not None or self._connecting
+
+    def peer_uid(self, loaded: LoadedPolicy) -> int | None:
+        """The uid behind a loopback client, when the policy binds uids to principals (an agent
+        cannot borrow another principal, or `default`, through this listener); read from the
+        kernel once per connection, and never when no uid is bound."""
+        if not loaded.policy.transparent.principals:
+            return None
+        uid = self._peer_uid
+        if uid is _UNKNOWN_UID:
+            transport = self.transport
+            uid = self._peer_uid = loopback_peer_uid(
+                transport.get_extra_info("peername"), transport.get_extra_info("sockname")
+            )
+        return uid if isinstance(uid, int) else None
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -308,7 +328,9 @@ class ClientConnection(asyncio.Protocol):
         self._framing = None  # a tunnel never parses HTTP again; free the parser's memory
         try:
             # Decided here when cached state suffices: a refusal is answered without a task.
-            request = opener.decide(head.authority, head.authorization, self.audit_fields)
+            request = opener.decide(
+                head.authority, head.authorization, self.audit_fields, peer_uid=self.peer_uid(self.server.core.loaded)
+            )
         except GatewayError as error:
             self._answer_and_close(error)
             return

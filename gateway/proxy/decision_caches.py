@@ -26,7 +26,7 @@ from gateway.observe.audit_fields import client_line_end
 from gateway.observe.audit_members import ConnectionFields, json_members
 from gateway.observe.loop_metrics import CounterChild
 from gateway.observe.verdicts import rule_for_code, verdict_of_failure
-from gateway.policy.decide import authenticate
+from gateway.policy.decide import authenticate_bound
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.exchange import ForwardExchange
 from gateway.proxy.heads import (
@@ -112,7 +112,9 @@ class ProxyDecisions:
 
     def __init__(self, audit: AuditLog) -> None:
         self.audit = audit
-        self._credentials: BoundedMemo[tuple[int, bytes | None], Principal] = BoundedMemo(MAX_CACHED_CREDENTIALS)
+        self._credentials: BoundedMemo[tuple[int, bytes | None, int | None], Principal] = BoundedMemo(
+            MAX_CACHED_CREDENTIALS
+        )
         self._hosts: BoundedMemo[bytes | str, VettedHost] = BoundedMemo(MAX_CACHED_HOSTS)
         self._targets: BoundedMemo[bytes, ForwardTarget] = BoundedMemo(MAX_CACHED_TARGETS)
         self._authorities: BoundedMemo[bytes, Authority] = BoundedMemo(MAX_CACHED_TARGETS)
@@ -121,14 +123,18 @@ class ProxyDecisions:
         # Per `AllowKey`: its lines (`record_allow`).
         self._allow_lines: BoundedMemo[AllowKey, RequestLines] = BoundedMemo(MAX_CACHED_REQUEST_MEMBERS)
 
-    def principal_for(self, loaded: LoadedPolicy, authorization: bytes | None) -> Principal:
+    def principal_for(
+        self, loaded: LoadedPolicy, authorization: bytes | None, peer_uid: int | None = None
+    ) -> Principal:
         """Authenticate, caching successes per policy generation (hashing every token per request
-        would be the single largest cost on a keep-alive connection)."""
-        key = (loaded.generation, authorization)
+        would be the single largest cost on a keep-alive connection). `peer_uid`: the uid behind a
+        loopback client when the policy binds uids (`authenticate_bound`), else None."""
+        key = (loaded.generation, authorization, peer_uid)
         principal = self._credentials.get(key)
         if principal is None:
             credential = parse_proxy_authorization(authorization)
-            principal = self._credentials.put(key, authenticate(loaded.policy, credential.user, credential.token))
+            bound = authenticate_bound(loaded.policy, credential.user, credential.token, peer_uid)
+            principal = self._credentials.put(key, bound)
         return principal
 
     @staticmethod

@@ -142,7 +142,7 @@ class ForwardDispatcher:
         principal: Principal | None = None
         forward: ForwardTarget | None = None
         try:
-            principal = self.decisions.principal_for(loaded, authorization)
+            principal = self.decisions.principal_for(loaded, authorization, client.peer_uid(loaded))
             forward = self.decisions.forward_target(url)
             target = self.core.pin_cached(principal, forward.host, forward.port, loaded)
         except GatewayError as error:
@@ -188,6 +188,8 @@ class ForwardDispatcher:
         guard = self.guard
         assert guard is not None
         policy = loaded.policy
+        if guard.settings_for(policy, principal) is None:
+            return True  # no credential held, no `scan:`: nothing to look for (the common case)
         path = forward.origin_form.partition(b"?")[0].decode("latin-1")
         method = self.decisions.method_name(exchange.method)
         facts = OutboundFacts(

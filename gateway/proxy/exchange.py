@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import GatewayError
-from gateway.policy.model import Principal, ProxySettings
+from gateway.policy.model import LoadedPolicy, Principal, ProxySettings
 from gateway.proxy.request_head import request_fields
 
 if TYPE_CHECKING:
@@ -68,6 +68,8 @@ class ClientSide(Protocol):
     def closed(self) -> bool: ...
 
     def refuse_exchange(self, exchange: ForwardExchange, error: GatewayError) -> None: ...
+
+    def peer_uid(self, loaded: LoadedPolicy) -> int | None: ...
 
     def response_finished(self, exchange: ForwardExchange, *, keep_alive: bool, reason: str) -> None: ...
 

@@ -71,7 +71,9 @@ class InspectDecisions(ProxyDecisions):
 
     kind_override = KIND
 
-    def principal_for(self, loaded: LoadedPolicy, authorization: bytes | None) -> Principal:
+    def principal_for(
+        self, loaded: LoadedPolicy, authorization: bytes | None, peer_uid: int | None = None
+    ) -> Principal:
         principal = loaded.policy.principals.get((authorization or b"").decode("ascii", "replace"))
         if principal is None:
             # A reload removed the principal: the connection's credential stops working.

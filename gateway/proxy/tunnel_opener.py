@@ -129,7 +129,12 @@ class TunnelOpener:
 
     # opening ------------------------------------------------------------------------------------
     def decide(
-        self, raw_target: bytes, authorization: bytes | None, client: Mapping[str, Any] | None = None
+        self,
+        raw_target: bytes,
+        authorization: bytes | None,
+        client: Mapping[str, Any] | None = None,
+        *,
+        peer_uid: int | None = None,
     ) -> TunnelRequest:
         """Principal → authority → limits → decision, without awaiting when cached state suffices.
 
@@ -144,7 +149,7 @@ class TunnelOpener:
         port: int | None = None
         reserved = False
         try:
-            principal = decisions.principal_for(loaded, authorization)
+            principal = decisions.principal_for(loaded, authorization, peer_uid)
             principal_name = principal.name
             authority = decisions.connect_authority(raw_target)
             host_name, port = authority.host.name, authority.port

@@ -1,9 +1,9 @@
 """The token formats the outbound scanner knows, as RE2 patterns, and their compiled sets.
 
 Tier 2 is high-confidence prefixed formats (a match is almost surely a live credential): blocked
-by default. Tier 3 is a broader set with more false positives: reported by default. Each tier is
-compiled into ONE RE2 alternation with a capture group per rule, so a body is read once per tier
-and the group that matched names the rule. RE2 runs in time linear in the input whatever the
+by default. Tier 3 is a broader set with more false positives: reported by default. The tiers in
+use are compiled into ONE RE2 alternation with a capture group per rule, so a body is read once
+and the group that matched names the rule (and its tier). RE2 runs in time linear in the input whatever the
 pattern or the input (Python's `re` backtracks and never runs on a request body here).
 
 Every pattern's match is bounded (`MAX_TOKEN_BYTES`), which is what lets a streaming scan keep
@@ -63,28 +63,35 @@ TIER3_RULES: tuple[TokenRule, ...] = (
 )
 
 
-class CompiledTier:
-    """One tier's rules as one RE2 expression; `find` yields (rule id, start, end) per match."""
+class CompiledRules:
+    """Rules as one RE2 expression; `find` yields (rule id, tier, start, end) per match."""
 
-    __slots__ = ("_ids", "_regex", "tier")
+    __slots__ = ("_ids", "_regex", "_tiers")
 
-    def __init__(self, tier: int, rules: tuple[TokenRule, ...]) -> None:
-        self.tier = tier
-        self._ids = tuple(rule.rule_id for rule in rules)
+    def __init__(self, rules: tuple[tuple[int, TokenRule], ...]) -> None:
+        self._ids = tuple(rule.rule_id for _, rule in rules)
+        self._tiers = tuple(tier for tier, _ in rules)
         options = re2.Options()
         # Bytes are bytes: a body is not UTF-8, and Latin-1 reads every byte as one character.
         options.encoding = re2.Options.Encoding.LATIN1
-        alternation = "|".join(f"({rule.pattern})" for rule in rules)
+        alternation = "|".join(f"({rule.pattern})" for _, rule in rules)
         self._regex = re2.compile(alternation.encode("latin-1"), options)
 
-    def find(self, data: bytes, start: int = 0) -> list[tuple[str, int, int]]:
-        out: list[tuple[str, int, int]] = []
-        for match in self._regex.finditer(data, start):
+    def find(self, data: bytes) -> list[tuple[str, int, int, int]]:
+        out: list[tuple[str, int, int, int]] = []
+        for match in self._regex.finditer(data):
             index = match.lastindex
             if index is not None:
-                out.append((self._ids[index - 1], match.start(), match.end()))
+                out.append((self._ids[index - 1], self._tiers[index - 1], match.start(), match.end()))
         return out
 
 
-TIER2 = CompiledTier(2, TIER2_RULES)
-TIER3 = CompiledTier(3, TIER3_RULES)
+def _rules(tier2: bool, tier3: bool) -> tuple[tuple[int, TokenRule], ...]:
+    return tuple((2, rule) for rule in TIER2_RULES if tier2) + tuple((3, rule) for rule in TIER3_RULES if tier3)
+
+
+# One compiled expression per combination of tiers switched on, built once at import: a request
+# is read by one RE2 pass whatever its principal's settings (two passes cost nearly twice one).
+COMPILED: dict[tuple[bool, bool], CompiledRules] = {
+    (tier2, tier3): CompiledRules(_rules(tier2, tier3)) for tier2, tier3 in ((True, True), (True, False), (False, True))
+}

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from gateway.egress.decompress import StreamingDecode
 from gateway.errors import GatewayError
 from gateway.scan.exact import ExactHit, ExactNeedles
-from gateway.scan.rules import MAX_TOKEN_BYTES, TIER2, TIER3, CompiledTier
+from gateway.scan.rules import COMPILED, MAX_TOKEN_BYTES, CompiledRules
 
 # URL parts shorter than this carry too little to judge by entropy; longer ones are cut here.
 MIN_ENTROPY_CHARS = 32
@@ -28,7 +28,7 @@ MAX_ENTROPY_CHARS = 512
 MIN_ENTROPY_BITS = 4.5
 # Findings kept per piece or body: an agent pasting a key file does not need 50,000 lines.
 MAX_FINDINGS = 64
-_URL_SEPARATORS = str.maketrans(dict.fromkeys("/?&=#;,:@+", " "))
+_URL_SEPARATORS = bytes.maketrans(b"/?&=#;,:@+", b"          ")
 # Where a finding was seen.
 URL, HEADER, BODY, QUERY, DNS = "url", "header", "body", "query", "dns"
 
@@ -64,13 +64,17 @@ def shannon_bits(text: str) -> float:
     return -sum(n / total * math.log2(n / total) for n in counts.values())
 
 
-def high_entropy_offsets(url: str) -> list[int]:
+def high_entropy_offsets(url: bytes) -> list[int]:
     """Offsets of URL components (path segments, query names and values) that look random."""
     out: list[int] = []
+    if len(url) < MIN_ENTROPY_CHARS:
+        return out
     position = 0
-    for piece in url.translate(_URL_SEPARATORS).split(" "):
-        if len(piece) >= MIN_ENTROPY_CHARS and shannon_bits(piece[:MAX_ENTROPY_CHARS]) >= MIN_ENTROPY_BITS:
-            out.append(position)
+    for piece in url.translate(_URL_SEPARATORS).split(b" "):
+        if len(piece) >= MIN_ENTROPY_CHARS:
+            bits = shannon_bits(piece[:MAX_ENTROPY_CHARS].decode("latin-1"))
+            if bits >= MIN_ENTROPY_BITS:
+                out.append(position)
         position += len(piece) + 1
     return out
 
@@ -78,12 +82,13 @@ def high_entropy_offsets(url: str) -> list[int]:
 class Scanner:
     """The tiers to run (a tier whose action is `off` is not run) over one snapshot of needles."""
 
-    __slots__ = ("needles", "overlap", "tier1", "tiers")
+    __slots__ = ("needles", "overlap", "rules", "tier1", "tier3")
 
     def __init__(self, needles: ExactNeedles, *, tier1: bool = True, tier2: bool = True, tier3: bool = True) -> None:
         self.needles = needles
         self.tier1 = tier1 and not needles.empty
-        self.tiers: tuple[CompiledTier, ...] = tuple(tier for tier, on in ((TIER2, tier2), (TIER3, tier3)) if on)
+        self.tier3 = tier3
+        self.rules: CompiledRules | None = COMPILED.get((tier2, tier3))
         self.overlap = max(MAX_TOKEN_BYTES, needles.max_length)
 
     def scan_piece(self, data: bytes, where: str, header: str | None, base: int, new_from: int) -> list[Finding]:
@@ -92,25 +97,39 @@ class Scanner:
         out = [_tier1(hit, where, header, base + hit.start) for hit in hits if hit.end > new_from]
         # A shape-preserving placeholder (`ghp_egph...`) is tier 1's, not also a GitHub token.
         spans = [(hit.start, hit.end) for hit in hits if hit.kind == "placeholder"]
-        for tier in self.tiers:
-            for rule, start, end in tier.find(data):
+        if self.rules is not None:
+            for rule, tier, start, end in self.rules.find(data):
                 if end > new_from and not any(s < end and start < e for s, e in spans):
-                    out.append(Finding(rule, tier.tier, where, header, base + start))
+                    out.append(Finding(rule, tier, where, header, base + start))
         return out[:MAX_FINDINGS]
 
     def scan_text(self, text: str | bytes, where: str, header: str | None = None) -> list[Finding]:
         """A URL, a header's value, a search query: one piece, scanned whole."""
         data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
         findings = self.scan_piece(data, where, header, 0, 0)
-        if where in (URL, QUERY) and any(t.tier == 3 for t in self.tiers):
-            # A placeholder is random by design: tier 1 judges it, entropy does not count it twice.
-            held = [(f.offset or 0, (f.offset or 0) + self.needles.max_length) for f in findings if f.tier == 1]
-            findings.extend(
-                Finding("tier3.high_entropy_url", 3, where, None, at)
-                for at in high_entropy_offsets(data.decode("latin-1"))
-                if not any(start <= at < end for start, end in held)
-            )
+        if where in (URL, QUERY) and self.tier3:
+            findings.extend(self._entropy(data, where, findings))
         return findings
+
+    def _entropy(self, url: bytes, where: str, findings: list[Finding]) -> list[Finding]:
+        # A placeholder is random by design: tier 1 judges it, entropy does not count it twice.
+        held = [(f.offset or 0, (f.offset or 0) + self.needles.max_length) for f in findings if f.tier == 1]
+        return [
+            Finding("tier3.high_entropy_url", 3, where, None, at)
+            for at in high_entropy_offsets(url)
+            if not any(start <= at < end for start, end in held)
+        ]
+
+    def scan_head(self, url: bytes, fields: bytes) -> list[Finding]:
+        """A request's URL and its header field lines (each `CRLF name: value`), read in one
+        pass; a finding past the URL is placed by its header's name and the offset into its value."""
+        found = self.scan_piece(url + fields, URL, None, 0, 0)
+        cut = len(url)
+        in_url = [f for f in found if (f.offset or 0) < cut]
+        out = in_url + [_in_header(fields, f, cut) for f in found if (f.offset or 0) >= cut]
+        if self.tier3:
+            out.extend(self._entropy(url, URL, in_url))
+        return out
 
     def scan_dns_name(self, name: str) -> list[Finding]:
         """Placeholders in a DNS name, in any case and across labels (tier 1 only: a name is
@@ -122,6 +141,17 @@ class Scanner:
 
     def body(self, window_bytes: int, content_encoding: str | None = None) -> BodyScan:
         return BodyScan(self, window_bytes, content_encoding)
+
+
+def _in_header(fields: bytes, finding: Finding, cut: int) -> Finding:
+    at = (finding.offset or 0) - cut
+    line_start = fields.rfind(b"\n", 0, at) + 1
+    colon = fields.find(b":", line_start)
+    name = fields[line_start:colon].strip().decode("latin-1").lower() if 0 <= colon < at else "?"
+    value_start = colon + 1 if 0 <= colon < at else line_start
+    while value_start < len(fields) and fields[value_start] in b" \t":
+        value_start += 1
+    return Finding(finding.rule, finding.tier, HEADER, name, max(at - value_start, 0), finding.credential)
 
 
 class BodyScan:

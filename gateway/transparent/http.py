@@ -42,7 +42,9 @@ class _PortDecisions(ProxyDecisions):
         super().__init__(audit)
         self.uid = uid
 
-    def principal_for(self, loaded: LoadedPolicy, authorization: bytes | None) -> Principal:
+    def principal_for(
+        self, loaded: LoadedPolicy, authorization: bytes | None, peer_uid: int | None = None
+    ) -> Principal:
         # The uid decides who is asking; a Proxy-Authorization the agent adds changes nothing.
         return principal_for_port(loaded, self.uid)
 

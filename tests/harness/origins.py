@@ -9,13 +9,12 @@ its own loopback address; the policy names that exact /32 as an exception, so th
 from __future__ import annotations
 
 import asyncio
-import itertools
 import socket
 import threading
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from aiohttp import web
 
@@ -112,19 +111,30 @@ async def stop_serving(runner: web.AppRunner, listener: socket.socket) -> None:
 class OriginFactory:
     """Starts origins for a test session and routes their names through the fake DNS."""
 
-    _addresses = itertools.count(2)
+    # The loopback addresses handed out and not yet given back, across the session's factories.
+    # The suite starts more origins than 127.0.0.2-254 holds, but never that many at once: each
+    # test's addresses come back when it ends (`stop_all`) and are handed out again in turn, so a
+    # recently used address is the last to be reused.
+    _in_use: ClassVar[set[str]] = set()
+    _cursor: ClassVar[list[int]] = [2]
 
     def __init__(self, loop: HarnessLoop, pki: TestPKI, dns: FakeDNS) -> None:
         self._loop = loop
         self._pki = pki
         self._dns = dns
         self._origins: list[Origin] = []
+        self._handed_out: list[str] = []
 
     def next_ip(self) -> str:
-        index = next(self._addresses)
-        if index > 254:
-            raise RuntimeError("the harness ran out of loopback addresses")
-        return f"127.0.0.{index}"
+        for _ in range(253):
+            index = self._cursor[0]
+            self._cursor[0] = 2 if index >= 254 else index + 1
+            ip = f"127.0.0.{index}"
+            if ip not in self._in_use:
+                self._in_use.add(ip)
+                self._handed_out.append(ip)
+                return ip
+        raise RuntimeError("the harness ran out of loopback addresses (253 origins alive at once)")
 
     def start(
         self,
@@ -166,3 +176,5 @@ class OriginFactory:
     def stop_all(self) -> None:
         for origin in list(self._origins):
             self.stop(origin)
+        self._in_use.difference_update(self._handed_out)
+        self._handed_out.clear()

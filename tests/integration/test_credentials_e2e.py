@@ -391,3 +391,12 @@ def test_a_body_past_the_window_is_scanned_up_to_it_and_then_sent(setup: Setup) 
         response = client.post(setup.echo.url("/big"), content=body)
     assert response.status_code == 200
     assert response.json()["bytes"] == len(body)
+
+
+def test_a_bound_host_without_an_interception_ca_is_refused_never_spliced(setup: Setup) -> None:
+    with socket.create_connection(("127.0.0.1", setup.gateway.proxy_port), timeout=5) as sock:
+        sock.sendall(f"CONNECT {BOUND_HOST}:443 HTTP/1.1\r\nHost: {BOUND_HOST}:443\r\n\r\n".encode())
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 501 ")
+    assert b"inspection_unsupported" in answer
+    assert "no interception CA is configured" in setup.gateway.stderr()

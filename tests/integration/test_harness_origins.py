@@ -17,7 +17,8 @@ import pytest
 from aiohttp import web
 
 from tests.harness.certs import TestPKI
-from tests.harness.origins import HarnessLoop, listening_socket, stop_serving
+from tests.harness.dns import FakeDNS
+from tests.harness.origins import HarnessLoop, OriginFactory, listening_socket, stop_serving
 
 STOP_TIMEOUT_S = 10.0
 
@@ -43,3 +44,22 @@ def test_an_origin_stopped_while_accepting_leaves_no_half_built_transport(
     # A transport left half-built is garbage now: collecting it warns, an error under the
     # suite's filterwarnings.
     gc.collect()
+
+
+def test_loopback_addresses_come_back_when_a_test_ends(
+    harness_loop: HarnessLoop, pki: TestPKI, fake_dns: FakeDNS
+) -> None:
+    # The suite starts more origins than 127.0.0.2-254 holds; three tests' worth of 200 each
+    # must each get 200 distinct addresses, which the old one-way counter could not give.
+    for _ in range(3):
+        factory = OriginFactory(harness_loop, pki, fake_dns)
+        taken = [factory.next_ip() for _ in range(200)]
+        assert len(set(taken)) == 200
+        factory.stop_all()
+    holding = OriginFactory(harness_loop, pki, fake_dns)
+    held = {holding.next_ip() for _ in range(100)}
+    other = OriginFactory(harness_loop, pki, fake_dns)
+    # While one test holds its addresses, another gets only addresses nobody holds.
+    assert held.isdisjoint({other.next_ip() for _ in range(100)})
+    other.stop_all()
+    holding.stop_all()

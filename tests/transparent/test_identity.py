@@ -12,7 +12,7 @@ import sys
 import orjson
 import pytest
 
-from tests.transparent.netns import AGENT_UID, CODER_UID, DNS_PORT, TRANSPARENT_PORT, Topology
+from tests.transparent.netns import AGENT_UID, CODER_UID, DNS_PORT, OTHER_V4, TRANSPARENT_PORT, Topology
 
 UNLISTED_UID = 1002
 RESEARCH_DNS, CODER_DNS = DNS_PORT + 1, DNS_PORT + 2  # assign_ports: listed uids in ascending order
@@ -81,3 +81,22 @@ def test_the_tools_api_on_loopback_serves_a_bound_uid_as_its_own_principal(pod: 
         lines = pod.wait_audit(lambda line, step=step: line.get("step") == step)
         (line,) = [line for line in lines if line.get("step") == step]
         assert (line["kind"], line["principal"]) == ("fetch", expected)
+
+
+def test_the_forward_proxy_on_loopback_serves_a_bound_uid_as_its_own_principal(pod: Topology) -> None:
+    # code.example.net is coder's only: through the proxy without a credential, coder's uid reaches
+    # it and research's uid is refused as research (before, both were `default` and both refused).
+    target = "https://code.example.net/"
+    resolve = ["--resolve", f"code.example.net:443:{OTHER_V4}"]
+    coder = pod.curl("-x", "http://127.0.0.1:3128", target, *resolve, uid=CODER_UID)
+    assert coder.returncode == 0, coder.stderr
+    assert coder.stdout == f"origin={OTHER_V4} host=code.example.net\n"
+    research = pod.curl("-x", "http://127.0.0.1:3128", target, *resolve, uid=AGENT_UID)
+    assert "CONNECT tunnel failed, response 403" in research.stderr, research.stderr
+    lines = pod.wait_audit(lambda line: line.get("kind") == "connect" and line.get("principal") == "research")
+    connects = {
+        (line["principal"], line.get("decision"))
+        for line in lines
+        if line.get("kind") == "connect" and line.get("host") == "code.example.net"
+    }
+    assert {("coder", "allow"), ("research", "deny")} <= connects

@@ -38,6 +38,9 @@ class _LoggingResolver(_ScriptedResolver):
 
 async def _handler(request: web.Request) -> web.Response:
     sockname = request.transport.get_extra_info("sockname") if request.transport else ("?", 0)
+    if request.path == "/echo-auth":
+        # The credential tests: what the origin received, reflected as echo endpoints do.
+        return web.Response(text=f"authorization={request.headers.get('Authorization', '')}\n")
     return web.Response(text=f"origin={sockname[0]} host={request.host}\n")
 
 

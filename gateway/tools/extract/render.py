@@ -119,6 +119,7 @@ def render_page(
     from gateway.tools.extract.challenge import detect_challenge  # noqa: PLC0415
     from gateway.tools.extract.decode import decode_body  # noqa: PLC0415
     from gateway.tools.extract.markdown import html_to_markdown  # noqa: PLC0415
+    from gateway.tools.extract.structure_guard import check_structure  # noqa: PLC0415
 
     try:
         if status < 400 and limits.convert_html and is_pdf(body, content_type):
@@ -138,6 +139,8 @@ def render_page(
         if challenge is not None:
             return RenderedPage(challenge=challenge)
         if decoded.kind == "html" and limits.convert_html:
+            # Before any parser: nesting and attribute bombs make parsing quadratic.
+            check_structure(decoded.text)
             extraction = html_to_markdown(decoded.text, base_url, max_chars=limits.max_chars, options=limits.options)
             return RenderedPage(
                 extraction.markdown,

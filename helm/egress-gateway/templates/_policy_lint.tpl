@@ -26,7 +26,7 @@ checks each message against the real lint.
 
 {{- define "egress-gateway.lintPolicy" -}}
 {{- $policy := . }}
-{{- include "egress-gateway.lintKeys" (list "policy" $policy (list "version" "defaults" "principals" "fetch" "search" "proxy" "transparent" "orchestrators")) }}
+{{- include "egress-gateway.lintKeys" (list "policy" $policy (list "version" "defaults" "principals" "fetch" "search" "proxy" "transparent" "orchestrators" "credentials")) }}
 {{- if not (hasKey $policy "version") }}
 {{- fail "policy.inline: version is required (version: 1)" }}
 {{- end }}
@@ -34,7 +34,7 @@ checks each message against the real lint.
 {{- fail (printf "policy.inline: version must be between 1 and 1, got %v" $policy.version) }}
 {{- end }}
 {{- with $policy.defaults }}
-{{- include "egress-gateway.lintKeys" (list "defaults" . (list "mode" "ports" "literal_ips" "allow_cidrs" "deny_cidrs" "inspect")) }}
+{{- include "egress-gateway.lintKeys" (list "defaults" . (list "mode" "ports" "literal_ips" "allow_cidrs" "deny_cidrs" "inspect" "scan")) }}
 {{- if hasKey . "mode" }}{{ include "egress-gateway.lintChoice" (list "defaults.mode" .mode (list "enforce" "report")) }}{{ end }}
 {{- if hasKey . "literal_ips" }}{{ include "egress-gateway.lintChoice" (list "defaults.literal_ips" .literal_ips (list "deny" "allow")) }}{{ end }}
 {{- range $port := .ports | default list }}
@@ -49,7 +49,7 @@ checks each message against the real lint.
 {{- fail (printf "policy.inline: principal name '%s' must be 1-64 letters, digits, '.', '_' or '-'" $name) }}
 {{- end }}
 {{- $where := printf "principals.%s" $name }}
-{{- include "egress-gateway.lintKeys" (list $where $principal (list "token_sha256" "egress" "tools" "budgets" "mode" "inspect")) }}
+{{- include "egress-gateway.lintKeys" (list $where $principal (list "token_sha256" "egress" "tools" "budgets" "mode" "inspect" "scan")) }}
 {{- if hasKey $principal "token_sha256" }}
 {{- if not (regexMatch "^[0-9a-f]{64}$" (toString $principal.token_sha256)) }}
 {{- fail (printf "policy.inline: %s.token_sha256 must be 64 lowercase hex digits" $where) }}
