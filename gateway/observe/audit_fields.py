@@ -83,6 +83,14 @@ def connection_fields(peer: object) -> ConnectionFields:
     return fields
 
 
+def connection_fields_with(fields: ConnectionFields, **extra: Any) -> ConnectionFields:
+    """A connection's fields with more members after the client's (the transparent listener's
+    `original_dst`), serialized again: a `ConnectionFields` is never changed in place."""
+    extended = ConnectionFields(fields, **extra)
+    extended.line_end = b"," + orjson.dumps(extended, option=orjson.OPT_APPEND_NEWLINE)[1:]
+    return extended
+
+
 def client_line_end(client: Mapping[str, Any] | None, *, drop_none: bool) -> bytes:
     """What a proxy line ends with: the connection's audit fields as members with a leading comma
     (none for no fields), the closing brace and the newline: the bytes `ConnectionFields` keeps,

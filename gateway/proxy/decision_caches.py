@@ -351,6 +351,10 @@ class ProxyDecisions:
         connection's `seen`) come last."""
         kind = self.kind_override or kind
         self.count_decision(kind, verdict_of_failure(str(error.code), error.rule), str(error.code))
+        if client and "original_dst" in client:
+            # A transparent connection's fields carry it already (transparent/http.py): once per line.
+            client = dict(client)
+            original_dst = original_dst or client.pop("original_dst")
         self.audit.decision(
             kind=kind,
             principal=principal,

@@ -20,6 +20,8 @@ import asyncio
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe.audit import AuditLog
+from gateway.observe.audit_fields import connection_fields_with
+from gateway.observe.audit_members import ConnectionFields
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.client_connection import ClientConnection
 from gateway.proxy.decision_caches import ForwardTarget, ProxyDecisions
@@ -29,7 +31,7 @@ from gateway.proxy.request_framing import ConnectHead
 from gateway.proxy.server import ProxyServer
 from gateway.transparent.destination import pin_destination
 from gateway.transparent.listener import KIND, HttpHandOver
-from gateway.transparent.verdicts import principal_for_port
+from gateway.transparent.verdicts import format_original, principal_for_port
 from gateway.vet.addresses import IPAddress
 
 
@@ -69,6 +71,14 @@ class _TransparentClient(ClientConnection):
     def __init__(self, server: ProxyServer, original: tuple[IPAddress, int]) -> None:
         super().__init__(server)
         self.original = original
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        # On every line of the connection, as on a tunnel's: a request dialled at the metadata
+        # address with an allowed Host must not read like any other request to that host.
+        fields = self.audit_fields
+        assert isinstance(fields, ConnectionFields)  # connection_made built it
+        self.audit_fields = connection_fields_with(fields, original_dst=format_original(self.original))
 
     def _begin_connect(self, head: ConnectHead) -> None:
         self._refuse(GatewayError(ErrorCode.INVALID_INPUT, "CONNECT is not accepted on a transparent connection"))

@@ -332,3 +332,18 @@ def test_strict_destination_refuses_an_address_that_is_not_the_names(pod: Topolo
 def test_every_audit_line_matches_the_schema(pod: Topology) -> None:
     assert pod.audit()
     assert pod.schema_errors() == []
+
+
+def test_plain_http_audit_lines_name_the_address_the_agent_dialled(pod: Topology) -> None:
+    # The metadata address dialled with an allowed Host: the request goes to the name's own
+    # address, and every line says where the agent was aiming.
+    result = pod.curl("http://docs.example.org/meta", "--resolve", "docs.example.org:80:169.254.169.254")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"origin={ORIGIN_V4} host=docs.example.org\n"
+    lines = pod.wait_audit(
+        lambda line: line.get("kind") == "transparent" and line.get("event") == "close" and line.get("path") == "/meta"
+    )
+    mine = [line for line in lines if line.get("kind") == "transparent" and line.get("path") == "/meta"]
+    assert {line["event"] for line in mine} == {"decision", "close"}
+    assert all(line.get("original_dst") == "169.254.169.254:80" for line in mine), mine
+    assert pod.schema_errors() == []
