@@ -164,6 +164,9 @@ class GatewayError(Exception):
         self.rule_pattern = rule_pattern
         # The addresses a refused name resolved to (`check` prints them), never in a body.
         self.addresses: tuple[str, ...] = ()
+        # The (host, port) a refusal is about, set by the egress core that decided it: the proxy's
+        # status line names it, since a status line is all some clients print.
+        self.destination: tuple[str, int] | None = None
         super().__init__(f"{code}: {self.message}")
 
     def __reduce__(self) -> tuple[Any, ...]:

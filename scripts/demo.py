@@ -152,7 +152,7 @@ async def proxy_exchange(proxy_port: int, head: str, then: str | None = None) ->
         status = response_head.split("\r\n", 1)[0]
         inner = ""
         if " 200 " not in status:
-            # A refusal's JSON body says why: {"error": {"code", "message", ...}}.
+            # A refusal's JSON body says why: {"error": "<line>", "egress": {"code", "message", ...}}.
             length = next(
                 (
                     int(line.split(":", 1)[1])
@@ -162,7 +162,7 @@ async def proxy_exchange(proxy_port: int, head: str, then: str | None = None) ->
                 0,
             )
             body = await asyncio.wait_for(reader.readexactly(length), REQUEST_TIMEOUT_S)
-            return status, json.loads(body)["error"]["message"], ""
+            return status, json.loads(body)["egress"]["message"], ""
         if then is not None:
             writer.write(then.encode())
             await writer.drain()

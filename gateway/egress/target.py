@@ -128,7 +128,7 @@ class EgressCore:
                 # The policy allowed the name; the line of the failure names the rule that did.
                 if error.rule is None and error.code == ErrorCode.DNS_FAILURE:
                     error.rule, error.rule_pattern = verdict.rule, verdict.rule_pattern
-                raise
+                raise _about(error, host, port) from None
             dns_s = resolution.duration_s
             # Only real lookups are timed: a cache hit would pile zeros into the DNS histogram.
             if self._on_dns and not resolution.cached:
@@ -210,13 +210,13 @@ class EgressCore:
         policy = loaded.policy
         form = decide_form(policy, principal, host, port)
         if not form.allowed:
-            raise form.to_error()
+            raise _about(form.to_error(), host, port)
         report = policy.mode_for(principal) == "report"
         decision = decide_name(policy, principal, host)
         if decision.allowed:
             return NameVerdict(report, None, decision.rule, decision.pattern)
         if not report:
-            raise decision.to_error()
+            raise _about(decision.to_error(), host, port)
         return NameVerdict(report, decision.to_error(), decision.rule, decision.pattern)
 
     def _vet_addresses(
@@ -236,12 +236,19 @@ class EgressCore:
         if not vetted.allowed and would_deny is None:
             if vetted.code == ErrorCode.DNS_FAILURE:
                 # The name was allowed; it only has no usable address (the line keeps its rule).
-                raise GatewayError(vetted.code, vetted.reason, rule=rule, rule_pattern=rule_pattern)
+                raise _about(GatewayError(vetted.code, vetted.reason, rule=rule, rule_pattern=rule_pattern), host, port)
             # A name with no usable address cannot be "allowed anyway", even in report mode.
-            refusal = vetted.to_error()
+            refusal = _about(vetted.to_error(), host, port)
             refusal.addresses = tuple(str(address) for address in addresses)
             if not verdict.report:
                 raise refusal
             would_deny = refusal
             rule, rule_pattern = vetted.rule, vetted.pattern
         return PinnedTarget(host, port, addresses, loaded.generation, dns_s, would_deny, rule, rule_pattern)
+
+
+def _about(error: GatewayError, host: VettedHost, port: int) -> GatewayError:
+    """`error`, naming the destination it refuses (a refusal's status line carries it)."""
+    if error.destination is None:
+        error.destination = (host.name, port)
+    return error

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -25,9 +25,7 @@ from gateway.policy.model import (
     ScanSettings,
     SecretSource,
 )
-
-if TYPE_CHECKING:
-    from gateway.policy.load import _Reader
+from gateway.policy.node_reader import NodeReader
 
 CREDENTIAL_KEYS = {"placeholder_key", "entries"}
 ENTRY_KEYS = {"name", "source", "inject", "bind", "require", "placeholder", "agent_env"}
@@ -52,7 +50,7 @@ _RESERVED_HEADERS = frozenset(
 )
 
 
-def parse_scan(reader: _Reader, node: yaml.Node, where: str) -> ScanSettings:
+def parse_scan(reader: NodeReader, node: yaml.Node, where: str) -> ScanSettings:
     """`scan: {tier1, tier2, tier3: deny|report|off, body_window_bytes}`; omitted keys keep the
     defaults (deny, deny, report, 1 MiB)."""
     items = reader.mapping(node, where, SCAN_KEYS)
@@ -73,7 +71,7 @@ def parse_scan(reader: _Reader, node: yaml.Node, where: str) -> ScanSettings:
     return replace(base, **{k: v for k, v in changes.items() if v is not None})
 
 
-def _source(reader: _Reader, node: yaml.Node, where: str) -> SecretSource | None:
+def _source(reader: NodeReader, node: yaml.Node, where: str) -> SecretSource | None:
     items = reader.mapping(node, where, {"env", "file"})
     if len(items) != 1:
         reader.error(node, f"{where} must name exactly one of env or file")
@@ -91,7 +89,7 @@ def _source(reader: _Reader, node: yaml.Node, where: str) -> SecretSource | None
     return SecretSource("env" if kind == "env" else "file", text)
 
 
-def _injection(reader: _Reader, node: yaml.Node, where: str) -> Injection | None:
+def _injection(reader: NodeReader, node: yaml.Node, where: str) -> Injection | None:
     if isinstance(node, yaml.ScalarNode):
         if node.value == "bearer":
             return Injection("bearer")
@@ -117,7 +115,7 @@ def _injection(reader: _Reader, node: yaml.Node, where: str) -> Injection | None
     return Injection("header", header=name)
 
 
-def _shape(reader: _Reader, node: yaml.Node, where: str) -> PlaceholderShape | None:
+def _shape(reader: NodeReader, node: yaml.Node, where: str) -> PlaceholderShape | None:
     items = reader.mapping(node, where, {"prefix", "length"})
     prefix = reader.scalar(items["prefix"], f"{where}.prefix") if "prefix" in items else ""
     if not isinstance(prefix, str) or not _PREFIX.match(prefix):
@@ -130,7 +128,7 @@ def _shape(reader: _Reader, node: yaml.Node, where: str) -> PlaceholderShape | N
     return None if length is None else PlaceholderShape(prefix, length)
 
 
-def _strings(reader: _Reader, node: yaml.Node, where: str, pattern: re.Pattern[str], what: str) -> tuple[str, ...]:
+def _strings(reader: NodeReader, node: yaml.Node, where: str, pattern: re.Pattern[str], what: str) -> tuple[str, ...]:
     out: list[str] = []
     for item in reader.sequence(node, where):
         text = reader.string(item, where)
@@ -142,7 +140,7 @@ def _strings(reader: _Reader, node: yaml.Node, where: str, pattern: re.Pattern[s
 
 
 def _binding(
-    reader: _Reader, node: yaml.Node, where: str, principals: dict[str, Principal]
+    reader: NodeReader, node: yaml.Node, where: str, principals: dict[str, Principal]
 ) -> CredentialBinding | None:
     items = reader.mapping(node, where, BIND_KEYS)
     if "hosts" not in items:
@@ -180,7 +178,7 @@ def _binding(
     return CredentialBinding(tuple(hosts), ports, methods, paths, tuple(allowed))
 
 
-def _entry(reader: _Reader, node: yaml.Node, index: int, principals: dict[str, Principal]) -> CredentialRule | None:
+def _entry(reader: NodeReader, node: yaml.Node, index: int, principals: dict[str, Principal]) -> CredentialRule | None:
     where = f"credentials.entries[{index}]"
     items = reader.mapping(node, where, ENTRY_KEYS)
     for required in ("name", "source", "inject", "bind"):
@@ -207,7 +205,7 @@ def _entry(reader: _Reader, node: yaml.Node, index: int, principals: dict[str, P
     return CredentialRule(name, source, inject, bind, require, shape, agent_env)
 
 
-def parse_credentials(reader: _Reader, node: yaml.Node, principals: dict[str, Principal]) -> CredentialSettings:
+def parse_credentials(reader: NodeReader, node: yaml.Node, principals: dict[str, Principal]) -> CredentialSettings:
     """`credentials: {placeholder_key: {env|file}, entries: [...]}`."""
     items = reader.mapping(node, "credentials", CREDENTIAL_KEYS)
     key = (

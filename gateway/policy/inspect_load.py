@@ -9,10 +9,11 @@ with `id`, `methods`, `paths`, `query` and `headers`. Rule ids are explicit or p
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import yaml
 
+from gateway.policy.node_reader import NodeReader, normalise_glob
 from gateway.policy.request_rules import (
     PRESET_METHODS,
     InspectEntry,
@@ -21,9 +22,6 @@ from gateway.policy.request_rules import (
     RequestRule,
     ValueMatcher,
 )
-
-if TYPE_CHECKING:
-    from gateway.policy.load import _Reader
 
 ENTRY_KEYS = {"host", "ports", "access", "allow", "deny", "mode"}
 RULE_KEYS = {"id", "methods", "paths", "query", "headers"}
@@ -34,7 +32,7 @@ _RULE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
 
 
-def _methods(reader: _Reader, node: yaml.Node, where: str) -> frozenset[str] | None:
+def _methods(reader: NodeReader, node: yaml.Node, where: str) -> frozenset[str] | None:
     """A list of methods, or `*` / `[*]` for any."""
     items = [node] if isinstance(node, yaml.ScalarNode) else reader.sequence(node, where)
     methods: set[str] = set()
@@ -53,7 +51,7 @@ def _methods(reader: _Reader, node: yaml.Node, where: str) -> frozenset[str] | N
     return frozenset(methods)
 
 
-def _paths(reader: _Reader, node: yaml.Node, where: str) -> tuple[PathGlob, ...]:
+def _paths(reader: NodeReader, node: yaml.Node, where: str) -> tuple[PathGlob, ...]:
     items = [node] if isinstance(node, yaml.ScalarNode) else reader.sequence(node, where)
     globs: list[PathGlob] = []
     for item in items:
@@ -67,7 +65,7 @@ def _paths(reader: _Reader, node: yaml.Node, where: str) -> tuple[PathGlob, ...]
     return tuple(globs)
 
 
-def _matchers(reader: _Reader, node: yaml.Node, where: str, *, headers: bool) -> tuple[ValueMatcher, ...]:
+def _matchers(reader: NodeReader, node: yaml.Node, where: str, *, headers: bool) -> tuple[ValueMatcher, ...]:
     """`name: true` (present), `name: false` (absent), `name: "glob"` (every value matches)."""
     out: list[ValueMatcher] = []
     for name, value_node in reader.mapping(node, where, set()).items():
@@ -85,7 +83,7 @@ def _matchers(reader: _Reader, node: yaml.Node, where: str, *, headers: bool) ->
     return tuple(out)
 
 
-def _rule(reader: _Reader, node: yaml.Node, where: str, default_id: str) -> RequestRule | None:
+def _rule(reader: NodeReader, node: yaml.Node, where: str, default_id: str) -> RequestRule | None:
     items = reader.mapping(node, where, RULE_KEYS)
     rule_id = default_id
     if "id" in items:
@@ -107,7 +105,7 @@ def _rule(reader: _Reader, node: yaml.Node, where: str, default_id: str) -> Requ
     )
 
 
-def _rules(reader: _Reader, node: yaml.Node, where: str, entry_id: str, kind: str) -> tuple[RequestRule, ...]:
+def _rules(reader: NodeReader, node: yaml.Node, where: str, entry_id: str, kind: str) -> tuple[RequestRule, ...]:
     items = reader.sequence(node, where)
     if len(items) > MAX_RULES:
         reader.error(node, f"{where}: at most {MAX_RULES} rules")
@@ -117,9 +115,7 @@ def _rules(reader: _Reader, node: yaml.Node, where: str, entry_id: str, kind: st
     return tuple(r for r in rules if r is not None)
 
 
-def _entry(reader: _Reader, node: yaml.Node, where: str, entry_id: str) -> InspectEntry | None:
-    from gateway.policy.load import normalise_glob  # noqa: PLC0415 - load imports this module
-
+def _entry(reader: NodeReader, node: yaml.Node, where: str, entry_id: str) -> InspectEntry | None:
     items = reader.mapping(node, where, ENTRY_KEYS)
     if "host" not in items:
         reader.error(node, f"{where} needs a host")
@@ -151,7 +147,7 @@ def _entry(reader: _Reader, node: yaml.Node, where: str, entry_id: str) -> Inspe
     return InspectEntry(entry_id, host, node.start_mark.line + 1, ports, allow, deny, cast("InspectMode | None", mode))
 
 
-def parse_inspect(reader: _Reader, node: yaml.Node, where: str, id_prefix: str) -> tuple[InspectEntry, ...]:
+def parse_inspect(reader: NodeReader, node: yaml.Node, where: str, id_prefix: str) -> tuple[InspectEntry, ...]:
     """`where` names the list in errors (`principals.ci.inspect`); ids are `{id_prefix}[i]`."""
     items = reader.sequence(node, where)
     if len(items) > MAX_ENTRIES:

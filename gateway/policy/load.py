@@ -7,15 +7,13 @@ generation number, which tool calls compare to notice a policy change mid-flight
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import re
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-import idna
 import yaml
 
 from gateway.policy.credentials import parse_credentials, parse_scan
@@ -36,8 +34,8 @@ from gateway.policy.model import (
     ToolSwitches,
     TransparentSettings,
 )
+from gateway.policy.node_reader import NodeReader, normalise_glob
 from gateway.policy.transparent import parse_transparent
-from gateway.vet.addresses import IPNetwork
 from gateway.vet.urls import internal_suffix_reason, refused_name_reason
 
 log = logging.getLogger("egress_gateway.policy")
@@ -59,175 +57,7 @@ class PolicyError(Exception):
         super().__init__("; ".join(errors))
 
 
-class _Reader:
-    """Typed access to YAML nodes that records errors with their line numbers."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.errors: list[str] = []
-        # Builds a scalar's value from the tag the composer resolved: what yaml.safe_load gives.
-        self._constructor = yaml.constructor.SafeConstructor()
-
-    def error(self, node: yaml.Node, message: str) -> None:
-        self.errors.append(f"{self.source}:{node.start_mark.line + 1}: {message}")
-
-    def mapping(self, node: yaml.Node, where: str, allowed: set[str]) -> dict[str, yaml.Node]:
-        if not isinstance(node, yaml.MappingNode):
-            self.error(node, f"{where} must be a mapping")
-            return {}
-        out: dict[str, yaml.Node] = {}
-        for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-            if not isinstance(key, str):
-                self.error(key_node, f"{where}: keys must be strings")
-                continue
-            if key in out:
-                self.error(key_node, f"{where}.{key} is given twice")
-                continue
-            if allowed and key not in allowed:
-                self.error(key_node, f"{where}: unknown key {key!r} (expected one of {sorted(allowed)})")
-                continue
-            out[key] = value_node
-        return out
-
-    def scalar(self, node: yaml.Node, where: str) -> Any:
-        if not isinstance(node, yaml.ScalarNode):
-            self.error(node, f"{where} must be a single value")
-            return None
-        return self._constructor.construct_object(node)
-
-    def integer(self, node: yaml.Node, where: str, low: int, high: int) -> int | None:
-        value = self.scalar(node, where)
-        if isinstance(value, bool) or not isinstance(value, int):
-            if value is not None:
-                self.error(node, f"{where} must be an integer")
-            return None
-        if not low <= value <= high:
-            self.error(node, f"{where} must be between {low} and {high}, got {value}")
-            return None
-        return value
-
-    def number(self, node: yaml.Node, where: str, low: float, high: float) -> float | None:
-        value = self.scalar(node, where)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            if value is not None:
-                self.error(node, f"{where} must be a number")
-            return None
-        if not low <= value <= high:
-            self.error(node, f"{where} must be between {low} and {high}, got {value}")
-            return None
-        return float(value)
-
-    def boolean(self, node: yaml.Node, where: str) -> bool | None:
-        value = self.scalar(node, where)
-        if not isinstance(value, bool):
-            self.error(node, f"{where} must be true or false")
-            return None
-        return value
-
-    def choice(self, node: yaml.Node, where: str, choices: tuple[str, ...]) -> str | None:
-        value = self.scalar(node, where)
-        if value not in choices:
-            self.error(node, f"{where} must be one of {', '.join(choices)}, got {value!r}")
-            return None
-        return str(value)
-
-    def string(self, node: yaml.Node, where: str) -> str | None:
-        value = self.scalar(node, where)
-        if not isinstance(value, str) or not value:
-            self.error(node, f"{where} must be a non-empty string")
-            return None
-        return value
-
-    def sequence(self, node: yaml.Node, where: str) -> list[yaml.Node]:
-        if not isinstance(node, yaml.SequenceNode):
-            self.error(node, f"{where} must be a list")
-            return []
-        return list(node.value)
-
-    def cidrs(self, node: yaml.Node, where: str) -> tuple[IPNetwork, ...]:
-        nets: list[IPNetwork] = []
-        for item in self.sequence(node, where):
-            text = self.string(item, where)
-            if text is None:
-                continue
-            try:
-                nets.append(ipaddress.ip_network(text, strict=True))
-            except ValueError as exc:
-                self.error(item, f"{where}: {text!r} is not a CIDR network ({exc})")
-        return tuple(nets)
-
-    def domain_globs(self, node: yaml.Node, where: str) -> tuple[str, ...]:
-        globs: list[str] = []
-        for item in self.sequence(node, where):
-            text = self.string(item, where)
-            if text is None:
-                continue
-            glob = normalise_glob(text)
-            if glob is None:
-                self.error(item, f"{where}: {text!r} is not '*', '*.domain' or a domain name")
-            else:
-                globs.append(glob)
-        return tuple(globs)
-
-    def dataclass_fields(self, node: yaml.Node, where: str, base: T) -> T:
-        """Override a settings dataclass's fields from a mapping, type-checked by default value."""
-        names = {f.name for f in fields(base)}  # type: ignore[arg-type]
-        changes: dict[str, Any] = {}
-        for key, value_node in self.mapping(node, where, names).items():
-            current = getattr(base, key)
-            path = f"{where}.{key}"
-            value: Any
-            if isinstance(current, bool):
-                value = self.boolean(value_node, path)
-            elif isinstance(current, int):
-                value = self.integer(value_node, path, 0, 2**40)
-            elif isinstance(current, float):
-                value = self.number(value_node, path, 0.0, 86_400.0 * 7)
-            else:
-                choices = _CHOICES.get(key)
-                # YAML 1.1 reads an unquoted `off` (or `on`, `yes`, `no`) as a boolean; a choice
-                # written that way means the word, as the policy reference writes it (`sni: off`).
-                if choices and isinstance(value_node, yaml.ScalarNode) and value_node.value in choices:
-                    changes[key] = value_node.value
-                    continue
-                value = self.string(value_node, path)
-                if value is not None and choices and value not in choices:
-                    self.error(value_node, f"{path} must be one of {', '.join(choices)}")
-                    value = None
-            if value is not None:
-                changes[key] = value
-        return replace(base, **changes)  # type: ignore[type-var]
-
-
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "sni": ("require", "match-if-present", "off"),
-    "robots": ("respect", "ignore"),
-}
-
-
-def normalise_glob(text: str) -> str | None:
-    """`*`, `*.example.com` or `example.com`, IDNA-normalised; None if malformed."""
-    text = text.strip().lower().rstrip(".")
-    if text == "*":
-        return text
-    prefix = ""
-    if text.startswith("*."):
-        prefix, text = "*.", text[2:]
-    if not text or "*" in text or "/" in text or ":" in text:
-        return None
-    try:
-        ascii_name = idna.encode(text, uts46=True, transitional=False).decode("ascii")
-    except (idna.IDNAError, UnicodeError, ValueError):
-        # IP literals written in a rule are kept verbatim: literal hosts are matched as text.
-        try:
-            return prefix + str(ipaddress.ip_address(text)) if not prefix else None
-        except ValueError:
-            return None
-    return prefix + ascii_name
-
-
-def _tool_budget(reader: _Reader, node: yaml.Node, where: str, base: ToolLimits) -> ToolLimits:
+def _tool_budget(reader: NodeReader, node: yaml.Node, where: str, base: ToolLimits) -> ToolLimits:
     counts = ("per_step", "per_run", "concurrent", "per_minute", "per_hour", "per_day", "max_live_ids")
     keys = {*counts, "min_interval_s", "lease_ttl_s"}
     items = reader.mapping(node, where, keys)
@@ -248,7 +78,7 @@ def _tool_budget(reader: _Reader, node: yaml.Node, where: str, base: ToolLimits)
     return replace(base, **changes)
 
 
-def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
+def _principal(reader: NodeReader, name: str, node: yaml.Node) -> Principal:
     where = f"principals.{name}"
     items = reader.mapping(node, where, {"token_sha256", "egress", "tools", "budgets", "mode", "inspect", "scan"})
     principal = Principal(name=name)
@@ -326,7 +156,7 @@ def _principal(reader: _Reader, name: str, node: yaml.Node) -> Principal:
     )
 
 
-def _orchestrators(reader: _Reader, node: yaml.Node, principals: dict[str, Principal]) -> dict[str, Orchestrator]:
+def _orchestrators(reader: NodeReader, node: yaml.Node, principals: dict[str, Principal]) -> dict[str, Orchestrator]:
     """`orchestrators:` name -> {token_sha256, principals, max_ttl_s} (the run token minters)."""
     out: dict[str, Orchestrator] = {}
     for name, entry in reader.mapping(node, "orchestrators", set()).items():
@@ -358,7 +188,7 @@ def _orchestrators(reader: _Reader, node: yaml.Node, principals: dict[str, Princ
     return out
 
 
-def _defaults(reader: _Reader, node: yaml.Node) -> Defaults:
+def _defaults(reader: NodeReader, node: yaml.Node) -> Defaults:
     items = reader.mapping(
         node, "defaults", {"mode", "ports", "literal_ips", "allow_cidrs", "deny_cidrs", "inspect", "scan"}
     )
@@ -397,7 +227,7 @@ def _compose(text: str) -> yaml.Node | None:
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     """Validate policy text; raise PolicyError listing every problem with its line."""
-    reader = _Reader(source)
+    reader = NodeReader(source)
     try:
         root = _compose(text)
     except yaml.YAMLError as exc:

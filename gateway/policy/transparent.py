@@ -9,16 +9,13 @@ a socket or the running gateway.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import yaml
 
 from gateway.errors import GatewayError
 from gateway.policy.model import Principal, RawTcpRule, TransparentSettings
+from gateway.policy.node_reader import NodeReader
 from gateway.vet.urls import vet_host
-
-if TYPE_CHECKING:
-    from gateway.policy.load import _Reader
 
 MAX_UID = 2**32 - 2
 MAX_TRANSPARENT_PRINCIPALS = 64
@@ -30,7 +27,7 @@ KEYS = {"principals", "default_principal", "destination", "raw_tcp", "dns"}
 DNS_KEYS = {"denied_answer", "allow_types"}
 
 
-def _raw_tcp(reader: _Reader, node: yaml.Node) -> tuple[RawTcpRule, ...]:
+def _raw_tcp(reader: NodeReader, node: yaml.Node) -> tuple[RawTcpRule, ...]:
     rules: list[RawTcpRule] = []
     for item in reader.sequence(node, "transparent.raw_tcp"):
         text = reader.string(item, "transparent.raw_tcp[]")
@@ -49,7 +46,7 @@ def _raw_tcp(reader: _Reader, node: yaml.Node) -> tuple[RawTcpRule, ...]:
     return tuple(rules)
 
 
-def parse_transparent(reader: _Reader, node: yaml.Node, principals: dict[str, Principal]) -> TransparentSettings:
+def parse_transparent(reader: NodeReader, node: yaml.Node, principals: dict[str, Principal]) -> TransparentSettings:
     items = reader.mapping(node, "transparent", KEYS)
     settings = TransparentSettings()
     changes: dict[str, object] = {}

@@ -1,17 +1,17 @@
 """One client connection of the forward proxy: dispatch to CONNECT or forwarding, deadlines, close.
 
 Owns the client side of every proxy connection as an asyncio Protocol that feeds client bytes to
-its `request_framing.RequestFraming` (the sans-I/O request half: parsing, caps, pipelining,
-keep-alive intent) and its `connection_deadlines.ClientLimits` (the head deadline against
+its `http1/request_framing.RequestFraming` (the sans-I/O request half: parsing, caps, pipelining,
+keep-alive intent) and its `deadlines/limits.ClientLimits` (the head deadline against
 slowloris, the keep-alive idle time, the half-close, whether another request is served) and
-carries out what they say: its one entry in the listener's `deadline.DeadlineWheel` moved (the
+carries out what they say: its one entry in the listener's `deadlines/wheel.DeadlineWheel` moved (the
 entry also bounds each attempt of a CONNECT's dial, as the dialer's `DialDeadline`; the dial
 runs without a task, reporting to this connection as its `DialOwner`), the
 write side kept open after the client's FIN, the connection aborted or closed, pipelined requests
 answered in order, denials with X-Egress-Code, and the request in flight dropped when a policy
-reload denies it. Each absolute-URI request goes to `dispatch.ForwardDispatcher` (decided without
-a task when cached state suffices), each CONNECT to `tunnel_opener.TunnelOpener`; `server.py`
-owns the listener, `forward.py` the upstream side of an exchange and `tunnel.py` an established
+reload denies it. Each absolute-URI request goes to `forward/dispatch.ForwardDispatcher` (decided without
+a task when cached state suffices), each CONNECT to `tunnel/opener.TunnelOpener`; `server.py`
+owns the listener, `forward/upstream.py` the upstream side of an exchange and `tunnel/splice.py` an established
 tunnel.
 
 Never resolves a name or dials a socket itself (the egress core decides; a CONNECT's
@@ -24,35 +24,86 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit_fields import connection_fields
 from gateway.peer_uid import loopback_peer_uid
 from gateway.policy.inspect_decide import inspects_host
-from gateway.proxy.connection_deadlines import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
-from gateway.proxy.deadline import LazyDeadline
-from gateway.proxy.exchange import NOT_PAUSED, ForwardExchange, PauseReason
-from gateway.proxy.heads import error_response
-from gateway.proxy.live_permission import REVOKED_REASON, revocation
-from gateway.proxy.request_framing import ConnectHead, RequestBody, RequestEnd, RequestFraming
-from gateway.proxy.sni import MAX_PEEK_BYTES
-from gateway.proxy.tunnel import DialedUpstream, Tunnel, UpstreamTunnelProtocol
-from gateway.proxy.tunnel_opener import TunnelRequest
+from gateway.proxy.deadlines.limits import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
+from gateway.proxy.deadlines.wheel import DeadlineWheel, LazyDeadline
+from gateway.proxy.decision.live_permission import REVOKED_REASON, revocation
+from gateway.proxy.decision.records import DecisionRecords
+from gateway.proxy.forward.dispatch import ForwardDispatcher
+from gateway.proxy.forward.exchange import NOT_PAUSED, ForwardExchange, PauseReason
+from gateway.proxy.http1.heads import error_response
+from gateway.proxy.http1.request_framing import ConnectHead, RequestBody, RequestEnd, RequestFraming
+from gateway.proxy.tls.sni import MAX_PEEK_BYTES
+from gateway.proxy.tunnel.opener import TunnelOpener, TunnelRequest
+from gateway.proxy.tunnel.splice import DialedUpstream, Tunnel, UpstreamTunnelProtocol
 from gateway.tasks import spawn
 
 if TYPE_CHECKING:
     from gateway.egress.connect import PinnedDial
     from gateway.policy.model import LoadedPolicy
-    from gateway.proxy.dispatch import KeptDecision
-    from gateway.proxy.server import ProxyServer
+    from gateway.proxy.forward.kept_decision import KeptDecision
+
+
+class Inspection(Protocol):
+    """TLS interception for the hosts an `inspect` entry names (`inspected.InspectService`)."""
+
+    def take_over(
+        self,
+        raw: asyncio.Transport,
+        *,
+        principal: str,
+        host: str,
+        port: int,
+        early: bytes,
+        audit_fields: Mapping[str, Any],
+        preface: bytes = b"",
+    ) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ListenerState(Protocol):
+    """What a client connection reads from its listener (`server.ProxyServer`)."""
+
+    @property
+    def core(self) -> EgressCore: ...
+    @property
+    def wheel(self) -> DeadlineWheel: ...
+    @property
+    def records(self) -> DecisionRecords: ...
+    @property
+    def dispatcher(self) -> ForwardDispatcher: ...
+    @property
+    def tunnels(self) -> TunnelOpener: ...
+    @property
+    def connections(self) -> set[ClientConnection]: ...
+    @property
+    def draining(self) -> bool: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None: ...
+    @property
+    def inspection(self) -> Inspection | None: ...
+
+    def activity_ended(self) -> None: ...
 
 
 # Not looked up yet (None is a looked-up answer: not on loopback, or the socket is gone).
 _UNKNOWN_UID = object()
 # The unlabelled histogram's child, bound once: the family's `observe` is one more call per request.
 _FORWARD_SECONDS = metrics.HTTP_FORWARD_SECONDS.labels()
+
+
+# A refusal's status line names the port only when it is not the request's default.
+CONNECT_DEFAULT_PORT = 443
+PLAIN_HTTP_DEFAULT_PORT = 80
 
 
 class ClientConnection(asyncio.Protocol):
@@ -78,8 +129,10 @@ class ClientConnection(asyncio.Protocol):
         "server",
         "transport",
     )
+    # The port a refusal's status line leaves out (an inspected connection's is 443).
+    refusal_default_port: ClassVar[int] = PLAIN_HTTP_DEFAULT_PORT
 
-    def __init__(self, server: ProxyServer) -> None:
+    def __init__(self, server: ListenerState) -> None:
         self.server = server
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
         self.audit_fields: dict[str, Any] = {}
@@ -202,7 +255,7 @@ class ClientConnection(asyncio.Protocol):
                 upstream = exchange.upstream
                 upstream.exchange = None
                 upstream.close()
-                self.server.decisions.record_exchange_close(exchange, "client_closed")
+                self.server.records.record_exchange_close(exchange, "client_closed")
         self._exchange = None
         self._queued.clear()
 
@@ -258,7 +311,7 @@ class ClientConnection(asyncio.Protocol):
         duration_s = now - exchange.started
         _FORWARD_SECONDS.observe(duration_s)
         server = self.server
-        server.decisions.record_exchange_close(exchange, reason, duration_s)
+        server.records.record_exchange_close(exchange, reason, duration_s)
         self._exchange = None
         if server.draining:
             server.activity_ended()  # it only wakes a drain
@@ -278,7 +331,7 @@ class ClientConnection(asyncio.Protocol):
 
     def fail_exchange(self, exchange: ForwardExchange, code: str, message: str) -> None:
         """The upstream failed mid-exchange: a 502 if nothing was sent yet, else cut the stream."""
-        self.server.decisions.record_exchange_close(exchange, code)
+        self.server.records.record_exchange_close(exchange, code)
         self._exchange = None
         self.server.activity_ended()
         if self._closed:
@@ -287,7 +340,7 @@ class ClientConnection(asyncio.Protocol):
         head_sent = upstream is not None and upstream.head_sent
         if not head_sent:
             error = GatewayError(ErrorCode(code), message)
-            self.server.decisions.count_decision("http", "error", code)
+            self.server.records.count_decision("http", "error", code)
             self._answer_and_close(error)
             return
         self._close()
@@ -307,7 +360,8 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         keep = self._limits.keep_alive(exchange.client_keep_alive, True, exchange.body_done, self.server.draining)
-        self.transport.write(error_response(error, keep_alive=keep, conn=self.audit_fields.get("conn")))
+        conn = self.audit_fields.get("conn")
+        self.transport.write(error_response(error, keep_alive=keep, conn=conn, default_port=self.refusal_default_port))
         if keep:
             self._next_exchange()
         else:
@@ -332,7 +386,7 @@ class ClientConnection(asyncio.Protocol):
                 head.authority, head.authorization, self.audit_fields, peer_uid=self.peer_uid(self.server.core.loaded)
             )
         except GatewayError as error:
-            self._answer_and_close(error)
+            self._answer_and_close(error, CONNECT_DEFAULT_PORT)
             return
         policy = request.loaded.policy
         if request.principal.inspect or policy.defaults.inspect or policy.credentials.entries:
@@ -362,7 +416,7 @@ class ClientConnection(asyncio.Protocol):
                 ErrorCode.INSPECTION_UNSUPPORTED,
                 f"{request.host.name} is inspected but no interception CA is configured (EGRESS_INSPECT_CA_CERT)",
             )
-            opener.decisions.record_deny(
+            self.server.records.record_deny(
                 "connect",
                 request.principal.name,
                 request.host.name,
@@ -371,7 +425,7 @@ class ClientConnection(asyncio.Protocol):
                 generation=request.loaded.generation,
                 client=self.audit_fields,
             )
-            self._answer_and_close(error)
+            self._answer_and_close(error, CONNECT_DEFAULT_PORT)
             return
         self._connecting = True
         self._early += early
@@ -398,7 +452,7 @@ class ClientConnection(asyncio.Protocol):
         if self._closed or service is None:
             return
         assert request.target is not None
-        opener.decisions.record_allow("connect", request.principal, request.target, client=self.audit_fields)
+        self.server.records.record_allow("connect", request.principal, request.target, client=self.audit_fields)
         conn = self.audit_fields.get("conn")
         established = (
             b"HTTP/1.1 200 Connection Established\r\n"
@@ -481,6 +535,8 @@ class ClientConnection(asyncio.Protocol):
         assert request is not None
         assert dial is not None
         self._request = self._dial = None
+        if error is not None and error.destination is None:
+            error.destination = (request.host.name, request.port)  # the status line names it
         self.server.tunnels.dial_failed(request, dial, error)
         self._connect_failed(error)
 
@@ -493,7 +549,7 @@ class ClientConnection(asyncio.Protocol):
         elif error is None:
             self._close()
         else:
-            self._answer_and_close(error)
+            self._answer_and_close(error, CONNECT_DEFAULT_PORT)
 
     # closing ---------------------------------------------------------------------------------
     def _refuse(self, error: GatewayError) -> None:
@@ -506,15 +562,17 @@ class ClientConnection(asyncio.Protocol):
             self.abort("malformed_request")
             return
         generation = self.server.core.policy.current.generation
-        self.server.decisions.record_deny(
+        self.server.records.record_deny(
             "http", None, None, None, error=error, generation=generation, client=self.audit_fields
         )
         self._answer_and_close(error)
 
-    def _answer_and_close(self, error: GatewayError) -> None:
+    def _answer_and_close(self, error: GatewayError, default_port: int | None = None) -> None:
         """The error response (with the connection's id), then the close: the connection serves
-        nothing more after a refusal or a failed exchange."""
-        self.transport.write(error_response(error, keep_alive=False, conn=self.audit_fields.get("conn")))
+        nothing more after a refusal or a failed exchange. `default_port`: the request's own
+        (443 for CONNECT), left out of the status line's destination."""
+        conn = self.audit_fields.get("conn")
+        self.transport.write(error_response(error, keep_alive=False, conn=conn, default_port=default_port))
         self._close()
 
     def revoke_if_denied(self) -> None:
@@ -530,7 +588,7 @@ class ClientConnection(asyncio.Protocol):
         if upstream is not None:
             upstream.exchange = None
             upstream.close()
-        self.server.decisions.record_exchange_close(exchange, REVOKED_REASON)
+        self.server.records.record_exchange_close(exchange, REVOKED_REASON)
         self._exchange = None
         self.abort(REVOKED_REASON)
 

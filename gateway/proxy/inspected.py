@@ -32,18 +32,20 @@ from gateway.inspect.terminator import TlsTerminator, check_offered_alpn
 from gateway.inspect.tls_transport import TlsClientTransport
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
+from gateway.observe.audit import AuditLog
 from gateway.observe.verdicts import outcome_for_close
 from gateway.policy.inspect_decide import RequestVerdict
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.client_connection import ClientConnection
-from gateway.proxy.decision_caches import ForwardTarget, ProxyDecisions, RequestLines
-from gateway.proxy.dispatch import ForwardDispatcher
-from gateway.proxy.exchange import ForwardExchange
-from gateway.proxy.forward import UpstreamConnection
-from gateway.proxy.pool import UpstreamPool
-from gateway.proxy.request_framing import UPGRADE_REFUSED, ConnectHead, RequestFraming
+from gateway.proxy.decision.caches import DecisionCaches, ForwardTarget
+from gateway.proxy.decision.records import ClosingExchange, DecisionRecords, RequestLines
+from gateway.proxy.forward.dispatch import ForwardDispatcher
+from gateway.proxy.forward.exchange import ForwardExchange
+from gateway.proxy.forward.pool import UpstreamPool
+from gateway.proxy.forward.upstream import UpstreamConnection
+from gateway.proxy.http1.request_framing import UPGRADE_REFUSED, ConnectHead, RequestFraming
 from gateway.proxy.server import ProxyServer
-from gateway.proxy.sni import PeekStatus, peek_client_hello
+from gateway.proxy.tls.sni import PeekStatus, peek_client_hello
 
 log = logging.getLogger("egress_gateway.inspect")
 
@@ -63,13 +65,11 @@ class InspectExchange(ForwardExchange):
         self.verdict: RequestVerdict | None = None
 
 
-class InspectDecisions(ProxyDecisions):
-    """The proxy's decision records with kind `inspect`, one audit line per request.
+class InspectCaches(DecisionCaches):
+    """The proxy's decision caches for requests inside an inspected connection.
 
     The principal is the connection's (decided at its CONNECT or by its transparent port),
     carried in the exchange where a forwarded request carries its credential: the name."""
-
-    kind_override = KIND
 
     def principal_for(
         self, loaded: LoadedPolicy, authorization: bytes | None, peer_uid: int | None = None
@@ -90,11 +90,18 @@ class InspectDecisions(ProxyDecisions):
         shown = b"[" + name.strip(b"[]") + b"]" if host.ip is not None and host.ip.version == 6 else name
         return ForwardTarget(host, port, slash + path, shown if port == 443 else shown + b":%d" % port)
 
+
+class InspectRecords(DecisionRecords):
+    """The proxy's decision records with kind `inspect`, one audit line per request."""
+
+    def __init__(self, audit: AuditLog) -> None:
+        super().__init__(audit, kind=KIND)
+
     def write_allow(self, lines: RequestLines, client: Mapping[str, Any] | None) -> None:
         # Counted now; written once, with the response, as the request's one line.
         lines.allow_counter.value += 1
 
-    def record_exchange_close(self, exchange: ForwardExchange, reason: str, duration_s: float | None = None) -> None:
+    def record_exchange_close(self, exchange: ClosingExchange, reason: str, duration_s: float | None = None) -> None:
         lines = exchange.lines
         if lines is None:
             return
@@ -136,12 +143,14 @@ class InspectDispatcher(ForwardDispatcher):
     def __init__(
         self,
         core: EgressCore,
-        decisions: ProxyDecisions,
-        pool: UpstreamPool,
+        caches: DecisionCaches,
+        records: DecisionRecords,
+        pool: UpstreamPool[UpstreamConnection],
+        *,
         trust: TlsTrust,
         guard: OutboundGuard | None = None,
     ) -> None:
-        super().__init__(core, decisions, pool, guard)
+        super().__init__(core, caches, records, pool, guard)
         self.trust = trust
 
     def start(self, exchange: ForwardExchange) -> None:
@@ -152,7 +161,7 @@ class InspectDispatcher(ForwardDispatcher):
         # The policy in force now, for this request: a reload changes the next request on a
         # kept-alive connection.
         try:
-            principal = self.decisions.principal_for(loaded, client.principal_name.encode())
+            principal = self.caches.principal_for(loaded, client.principal_name.encode())
         except GatewayError as error:
             self._refuse(exchange, error, loaded, principal=client.principal_name, method="", path="")
             return
@@ -160,7 +169,7 @@ class InspectDispatcher(ForwardDispatcher):
             client.host,
             client.port,
             True,
-            self.decisions.method_name(exchange.method),
+            self.caches.method_name(exchange.method),
             exchange.url.decode("latin-1"),
             tuple((name.decode("latin-1"), value.decode("latin-1")) for name, value in exchange.headers),
             exchange.fields,
@@ -206,7 +215,7 @@ class InspectDispatcher(ForwardDispatcher):
         client = exchange.client
         assert isinstance(client, InspectedClient)
         metrics.INSPECTED_REQUESTS.labels("deny", str(error.code)).inc()
-        self.decisions.record_deny(
+        self.records.record_deny(
             KIND,
             principal,
             client.host,
@@ -244,6 +253,8 @@ class InspectedClient(ClientConnection):
     """The proxy's client connection over the decrypted stream of one inspected connection."""
 
     __slots__ = ("host", "port", "principal_name")
+    # Requests arrive inside TLS: 443 is the port a refusal's status line leaves out.
+    refusal_default_port = 443
 
     def __init__(self, server: ProxyServer, principal_name: str, host: str, port: int) -> None:
         super().__init__(server)
@@ -275,11 +286,14 @@ class InspectServer(ProxyServer):
         self.core = proxy.core
         self.audit = proxy.audit
         self.wheel = proxy.wheel
-        self.decisions = InspectDecisions(proxy.audit)
+        self.caches = InspectCaches()
+        self.records = InspectRecords(proxy.audit)
         # Apart from the plain HTTP pool: a TLS connection is never reused for plain HTTP.
         self.pool = UpstreamPool(proxy.wheel)
         self.tunnels = proxy.tunnels
-        self.dispatcher = InspectDispatcher(proxy.core, self.decisions, self.pool, trust, proxy.dispatcher.guard)
+        self.dispatcher = InspectDispatcher(
+            proxy.core, self.caches, self.records, self.pool, trust=trust, guard=proxy.dispatcher.guard
+        )
         self.draining = False
         self.connections = set()
         self._server = None
@@ -457,7 +471,7 @@ class InspectService:
         if error.code == ErrorCode.TLS_UNTRUSTED and host not in self._untrusted_logged:
             self._untrusted_logged.put(host, True)
             log.warning("tls_untrusted: %s", error.message)
-        self.server.decisions.record_deny(
+        self.server.records.record_deny(
             KIND,
             principal,
             host,

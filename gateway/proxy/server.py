@@ -1,10 +1,10 @@
 """The forward-proxy listener: accepting client connections, live permission after a reload, drain.
 
-Owns the listening socket and the state its connections share: the one `deadline.DeadlineWheel`,
+Owns the listening socket and the state its connections share: the one `deadlines/wheel.DeadlineWheel`,
 the decision caches, the upstream pool, the tunnel opener and the forward dispatcher. Each
 accepted connection is a `client_connection.ClientConnection`; on a policy reload the listener
 closes the tunnels, requests in flight and pooled connections the new policy denies
-(`live_permission`), and on shutdown it stops accepting and lets in-flight work finish within
+(`decision/live_permission.py`), and on shutdown it stops accepting and lets in-flight work finish within
 the grace period before closing it.
 
 Never resolves a name or dials a socket itself (the egress core decides; a CONNECT's
@@ -17,22 +17,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from typing import TYPE_CHECKING
 
 from gateway.credentials.guard import OutboundGuard
 from gateway.egress.target import EgressCore
 from gateway.observe.audit import AuditLog
-from gateway.proxy.client_connection import ClientConnection
-from gateway.proxy.deadline import DeadlineWheel
-from gateway.proxy.decision_caches import ProxyDecisions
-from gateway.proxy.dispatch import ForwardDispatcher
-from gateway.proxy.forward import UpstreamConnection
-from gateway.proxy.live_permission import REVOKED_REASON, revocation
-from gateway.proxy.pool import UpstreamPool
-from gateway.proxy.tunnel_opener import TunnelOpener
-
-if TYPE_CHECKING:
-    from gateway.proxy.inspected import InspectService
+from gateway.proxy.client_connection import ClientConnection, Inspection
+from gateway.proxy.deadlines.wheel import DeadlineWheel
+from gateway.proxy.decision.caches import DecisionCaches
+from gateway.proxy.decision.live_permission import REVOKED_REASON, revocation
+from gateway.proxy.decision.records import DecisionRecords
+from gateway.proxy.forward.dispatch import ForwardDispatcher
+from gateway.proxy.forward.pool import UpstreamPool
+from gateway.proxy.forward.upstream import UpstreamConnection
+from gateway.proxy.tunnel.opener import TunnelOpener
 
 LISTEN_BACKLOG = 4096
 DRAIN_POLL_S = 0.05
@@ -46,17 +43,20 @@ class ProxyServer:
         self.audit = audit
         # One timer for the deadlines of every connection, tunnel and upstream of this listener.
         self.wheel = DeadlineWheel()
-        self.decisions = ProxyDecisions(audit)
-        self.pool = UpstreamPool(self.wheel)
-        self.tunnels = TunnelOpener(core, self.decisions, audit, self.activity_ended, self.wheel)
-        self.dispatcher = ForwardDispatcher(core, self.decisions, self.pool, guard)
+        self.caches = DecisionCaches()
+        self.records = DecisionRecords(audit)
+        self.pool: UpstreamPool[UpstreamConnection] = UpstreamPool(self.wheel)
+        self.tunnels = TunnelOpener(
+            core, self.caches, self.records, audit, on_closed=self.activity_ended, wheel=self.wheel
+        )
+        self.dispatcher = ForwardDispatcher(core, self.caches, self.records, self.pool, guard)
         self.draining = False
         self.connections: set[ClientConnection] = set()
         self._server: asyncio.AbstractServer | None = None
         self._quiet = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         # TLS interception for the hosts an `inspect` entry names (issue 25); None without a CA.
-        self.inspection: InspectService | None = None
+        self.inspection: Inspection | None = None
 
     @property
     def port(self) -> int:

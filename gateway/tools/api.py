@@ -10,9 +10,7 @@ JSON error body too, and the `Server` header names no version.
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -32,36 +30,19 @@ from gateway.policy.decide import authenticate_bound, decide_destination
 from gateway.policy.model import LoadedPolicy
 from gateway.tools.call_guard import CallContext, ToolCalls, require_tool
 from gateway.tools.fetch import FetchTool, parse_fetch_args
+from gateway.tools.http_edge import MAX_REQUEST_BYTES, error_response, json_response, read_body
 from gateway.tools.mcp.http import McpHttpEndpoint
 from gateway.tools.openapi import openapi_document
 from gateway.tools.schemas import Tool, ToolFormat, render_tools
 from gateway.tools.search.query import parse_search_args
 from gateway.tools.search.tool import SearchTool
 
-MAX_REQUEST_BYTES = 64 * 1024
-# A request body must arrive within this time once its head is in (a slow body holds a socket).
-BODY_TIMEOUT_S = 10.0
 SERVER_HEADER = "egress-gateway"
 TOOL_FORMATS: tuple[ToolFormat, ...] = ("openai", "anthropic", "mcp")
 # The request's id (its audit lines' `conn`), kept on the request for the X-Egress-Id header.
 REQUEST_ID_KEY = "egress_request_id"
 # The budget key a budget refusal names, by code (quota refusals name theirs in `budget`).
 _BUDGET_KEYS = {ErrorCode.CONCURRENCY_LIMITED: "concurrent", ErrorCode.COOLDOWN: "min_interval_s"}
-
-
-def _json_response(body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json", headers=headers)
-
-
-def error_response(exc: GatewayError) -> web.Response:
-    headers = {"X-Egress-Code": str(exc.code)}
-    if exc.retry_after_s is not None:
-        # Rounded up: a client that waits exactly this long must not be refused again.
-        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
-    status = exc.status_on("api")
-    if exc.code == ErrorCode.AUTH_REQUIRED:
-        headers["WWW-Authenticate"] = 'Bearer realm="egress-gateway"'
-    return _json_response(exc.to_body(), status, headers)
 
 
 def _request_fields(request: web.Request) -> dict[str, Any]:
@@ -178,7 +159,7 @@ class ToolsApi:
             self._finish(
                 tool, principal=principal_name, generation=generation, started=started, error=None, audit=audit
             )
-            response = _json_response(result)
+            response = json_response(result)
         return response
 
     def _finish(
@@ -371,7 +352,7 @@ class ToolsApi:
         self._audit_mint(
             request, orchestrator, str(minted["principal"]), generation=loaded.generation, started=started, error=None
         )
-        return _json_response(minted)
+        return json_response(minted)
 
     def _audit_mint(
         self,
@@ -416,34 +397,16 @@ class ToolsApi:
         except GatewayError as exc:
             return error_response(exc)
         tools = tuple(tool for tool in ("search", "fetch") if getattr(context.principal.tools, tool))
-        return _json_response({"tools": render_tools(fmt, cast(tuple[Tool, ...], tools))})
+        return json_response({"tools": render_tools(fmt, cast(tuple[Tool, ...], tools))})
 
     async def handle_openapi(self, _: web.Request) -> web.Response:
-        return _json_response(_openapi())
+        return json_response(_openapi())
 
 
 @functools.cache
 def _openapi() -> dict[str, Any]:
     """Built on the first GET /openapi.json, not at every start."""
     return openapi_document()
-
-
-async def read_body(request: web.Request) -> bytes:
-    """The whole body, within MAX_REQUEST_BYTES and BODY_TIMEOUT_S (invalid_input otherwise)."""
-    try:
-        async with asyncio.timeout(BODY_TIMEOUT_S):
-            return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise GatewayError(
-            ErrorCode.INVALID_INPUT, f"request body over {MAX_REQUEST_BYTES} bytes", status=413
-        ) from None
-    except TimeoutError:
-        raise GatewayError(ErrorCode.TIMEOUT, f"the request body did not arrive within {BODY_TIMEOUT_S:g} s") from None
-    except ConnectionError:
-        # The client reset mid-body: nobody will read the answer, and it is no server fault to log.
-        raise GatewayError(
-            ErrorCode.INVALID_INPUT, "the client closed the connection before the body arrived"
-        ) from None
 
 
 async def _plain_server_header(request: web.Request, response: web.StreamResponse) -> None:

@@ -19,15 +19,15 @@ import asyncio
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
-from gateway.observe.audit import AuditLog
 from gateway.observe.audit_fields import connection_fields_with
 from gateway.observe.audit_members import ConnectionFields
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.client_connection import ClientConnection
-from gateway.proxy.decision_caches import ForwardTarget, ProxyDecisions
-from gateway.proxy.dispatch import ForwardDispatcher
-from gateway.proxy.exchange import ForwardExchange
-from gateway.proxy.request_framing import ConnectHead
+from gateway.proxy.decision.caches import DecisionCaches, ForwardTarget
+from gateway.proxy.decision.records import DecisionRecords
+from gateway.proxy.forward.dispatch import ForwardDispatcher
+from gateway.proxy.forward.exchange import ForwardExchange
+from gateway.proxy.http1.request_framing import ConnectHead
 from gateway.proxy.server import ProxyServer
 from gateway.transparent.destination import pin_destination
 from gateway.transparent.listener import KIND, HttpHandOver
@@ -35,13 +35,11 @@ from gateway.transparent.verdicts import format_original, principal_for_port
 from gateway.vet.addresses import IPAddress
 
 
-class _PortDecisions(ProxyDecisions):
-    """The proxy's decision caches and records, with the port's principal and the transparent kind."""
+class _PortDecisions(DecisionCaches):
+    """The proxy's decision caches, with the port's principal."""
 
-    kind_override = KIND
-
-    def __init__(self, audit: AuditLog, uid: int | None) -> None:
-        super().__init__(audit)
+    def __init__(self, uid: int | None) -> None:
+        super().__init__()
         self.uid = uid
 
     def principal_for(
@@ -93,7 +91,7 @@ class _StrictDispatcher(ForwardDispatcher):
         try:
             url = absolute_target(exchange.url, exchange.headers, client.original[1])
         except GatewayError as error:
-            self.decisions.record_deny(
+            self.records.record_deny(
                 KIND, None, None, client.original[1], error=error, generation=0, client=client.audit_fields
             )
             client.refuse_exchange(exchange, error)
@@ -129,10 +127,11 @@ class _PortServer(ProxyServer):
         # ProxyServer.__init__ would build a second tunnel opener and pool; share the proxy's.
         self.core = proxy.core
         self.audit = proxy.audit
-        self.decisions = _PortDecisions(proxy.audit, uid)
+        self.caches = _PortDecisions(uid)
+        self.records = DecisionRecords(proxy.audit, kind=KIND)
         self.pool = proxy.pool
         self.tunnels = proxy.tunnels
-        self.dispatcher = _StrictDispatcher(proxy.core, self.decisions, proxy.pool, proxy.dispatcher.guard)
+        self.dispatcher = _StrictDispatcher(proxy.core, self.caches, self.records, proxy.pool, proxy.dispatcher.guard)
         self.draining = False
         self.connections = set()
         self._server = None

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from gateway.proxy.sni import MAX_PEEK_BYTES, PeekStatus, peek_client_hello
+from gateway.proxy.tls.sni import MAX_PEEK_BYTES, PeekStatus, peek_client_hello
 
 # An HTTP/1 request line starts with a method token and one space (RFC 9112 section 3).
 _REQUEST_LINE_START = re.compile(rb"^[A-Z]{3,10} ")

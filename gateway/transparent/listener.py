@@ -8,7 +8,7 @@ chosen address are never trusted), the destination rule (follow-name | strict), 
 allow-list, the pinned dial, and the hand-over to the proxy's `Tunnel` (kind `transparent`) or,
 for plain HTTP, to the proxy's own request handling (`transparent.http`).
 
-Never parses TLS or HTTP itself (sni.py, the proxy do), never dials anything but a PinnedTarget.
+Never parses TLS or HTTP itself (`proxy/tls/sni.py`, the proxy do), never dials anything but a PinnedTarget.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
@@ -31,10 +31,11 @@ from gateway.observe.audit import AuditLog
 from gateway.observe.audit_fields import client_fields, new_connection_id
 from gateway.policy.inspect_decide import inspects_host
 from gateway.policy.model import LoadedPolicy, Principal
-from gateway.proxy.deadline import LazyDeadline
-from gateway.proxy.sni import MAX_PEEK_BYTES
-from gateway.proxy.tunnel import DialedUpstream, Tunnel, UpstreamTunnelProtocol
-from gateway.proxy.tunnel_opener import TunnelOpener
+from gateway.proxy.client_connection import Inspection
+from gateway.proxy.deadlines.wheel import LazyDeadline
+from gateway.proxy.tls.sni import MAX_PEEK_BYTES
+from gateway.proxy.tunnel.opener import TunnelOpener
+from gateway.proxy.tunnel.splice import DialedUpstream, Tunnel, UpstreamTunnelProtocol
 from gateway.settings import ListenAddress
 from gateway.tasks import spawn
 from gateway.transparent.destination import pin_destination, raw_rules_for_port
@@ -44,9 +45,6 @@ from gateway.transparent.ports import assign_ports
 from gateway.transparent.verdicts import format_original, principal_for_port, still_allowed
 from gateway.vet.addresses import IPAddress
 from gateway.vet.urls import VettedHost, vet_host
-
-if TYPE_CHECKING:
-    from gateway.proxy.inspected import InspectService
 
 KIND = "transparent"
 LISTEN_BACKLOG = 4096
@@ -71,7 +69,7 @@ class TransparentListener:
         self._servers: list[asyncio.AbstractServer] = []
         self._hosts: BoundedMemo[str, VettedHost] = BoundedMemo(MAX_CACHED_HOSTS)
         # TLS interception for the hosts an `inspect` entry names (issue 25), shared with the proxy.
-        self.inspection: InspectService | None = None
+        self.inspection: Inspection | None = None
 
     async def start(self, addresses: tuple[ListenAddress, ...], uids: list[int]) -> None:
         loop = self.loop = asyncio.get_running_loop()
@@ -134,7 +132,7 @@ class TransparentListener:
         **extra: str,
     ) -> None:
         """The proxy's refusal record, with the destination the agent dialed."""
-        self.tunnels.decisions.record_deny(
+        self.tunnels.records.record_deny(
             KIND,
             principal,
             host,
@@ -154,7 +152,7 @@ class TransparentListener:
         client: Mapping[str, Any] | None = None,
     ) -> None:
         """The proxy's allow record, with the destination the agent dialed."""
-        self.tunnels.decisions.record_allow(
+        self.tunnels.records.record_allow(
             KIND, principal, target, client=client, original_dst=format_original(original)
         )
 

@@ -11,7 +11,7 @@ import ipaddress
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.decide import decide_destination, internal_exceptions
 from gateway.policy.model import LoadedPolicy, Principal
-from gateway.proxy.tunnel import Tunnel
+from gateway.proxy.tunnel.splice import Tunnel
 from gateway.transparent.destination import raw_rules_for_port
 from gateway.vet.addresses import AddressGuard, IPAddress
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.policy import load
+from gateway.policy import load, node_reader
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "reference" / "policy.md"
@@ -115,13 +115,13 @@ def section_for(where: str, page: dict[str, str]) -> str:
 
 def recorded_key_sets(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
     seen: dict[str, set[str]] = {}
-    original = load._Reader.mapping
+    original = node_reader.NodeReader.mapping
 
     def recording(self: Any, node: yaml.Node, where: str, allowed: set[str]) -> dict[str, yaml.Node]:
         seen.setdefault(where, set()).update(allowed)
         return original(self, node, where, allowed)
 
-    monkeypatch.setattr(load._Reader, "mapping", recording)
+    monkeypatch.setattr(node_reader.NodeReader, "mapping", recording)
     load.parse_policy(yaml.safe_dump(EVERY_SECTION), "every-section.yaml")
     return seen
 

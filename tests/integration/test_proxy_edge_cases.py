@@ -6,8 +6,8 @@
   with a denial in the middle, with a POST body in the middle, and when the client half-closes
   after writing.
 - `Expect: 100-continue` on a plain-HTTP POST. The gateway does not interpret Expect: it is not a
-  hop-by-hop field (`heads.HOP_BY_HOP`), so `forward.build_request_head` forwards it to the origin;
-  the gateway never writes a 100 of its own, and `forward.UpstreamConnection.on_headers_complete`
+  hop-by-hop field (`heads.HOP_BY_HOP`), so `forward/exchange.build_request_head` forwards it to the origin;
+  the gateway never writes a 100 of its own, and `forward/upstream.UpstreamConnection`
   relays the origin's interim 1xx to an HTTP/1.1 client before the final response (never to an
   HTTP/1.0 client, RFC 9110 section 15.2). A client that hears
   nothing (the origin sends no 100) and sends its body anyway after ~1 s, as curl does, still gets

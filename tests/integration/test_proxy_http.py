@@ -150,7 +150,7 @@ def test_denied_host_over_plain_http_gets_403_json(proxy_factory: ProxyFactory, 
         response = client.get(http_origin.url("/"))
     assert response.status_code == 403
     assert response.headers["X-Egress-Code"] == "policy_denied"
-    assert response.json()["error"]["code"] == "policy_denied"
+    assert response.json()["egress"]["code"] == "policy_denied"
 
 
 @pytest.mark.parametrize(
@@ -164,7 +164,7 @@ def test_unsafe_destination_over_plain_http_gets_403_unsafe_url(
         response = client.get(url)
     assert response.status_code == 403
     assert response.headers["X-Egress-Code"] == "unsafe_url"
-    assert response.json()["error"]["code"] == "unsafe_url"
+    assert response.json()["egress"]["code"] == "unsafe_url"
     assert peers == []
 
 
@@ -305,7 +305,7 @@ def test_origin_that_never_answers_gets_504_timeout_after_the_idle_timeout(
         response = client.get(http_origin.url("/hang"))
     assert response.status_code == 504
     assert response.headers["X-Egress-Code"] == "timeout"
-    assert response.json()["error"]["code"] == "timeout"
+    assert response.json()["egress"]["code"] == "timeout"
     lines = proxy.wait_audit(lambda lines: any(line.get("close_reason") == "timeout" for line in lines))
     assert any(line.get("close_reason") == "timeout" for line in lines)
 

@@ -20,8 +20,10 @@ from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore
 from gateway.observe.audit import AuditLog
 from gateway.policy.holder import PolicyHolder
-from gateway.proxy import client_connection, deadline, tunnel
+from gateway.proxy import client_connection
+from gateway.proxy.deadlines import wheel as deadline
 from gateway.proxy.server import ProxyServer
+from gateway.proxy.tunnel import splice as tunnel
 from tests.harness.dns import FakeDNS
 from tests.harness.origins import OriginFactory
 from tests.harness.proxy import proxy_policy

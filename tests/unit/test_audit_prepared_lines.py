@@ -18,9 +18,9 @@ from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.observe.audit_fields import connection_fields, new_connection_id
 from gateway.policy.model import Principal
-from gateway.proxy.decision_caches import MAX_CLOSES_PER_REQUEST_LINES, ProxyDecisions
-from gateway.proxy.exchange import ClientSide, ForwardExchange
-from gateway.proxy.forward import UpstreamConnection
+from gateway.proxy.decision.records import MAX_CLOSES_PER_REQUEST_LINES, DecisionRecords
+from gateway.proxy.forward.exchange import ClientSide, ForwardExchange
+from gateway.proxy.forward.upstream import UpstreamConnection
 from gateway.vet.urls import vet_host
 
 CLIENT = {"conn": new_connection_id(), "client_ip": "127.0.0.9", "client_port": 40123}
@@ -167,7 +167,7 @@ def test_an_allow_line_is_the_decision_line_built_field_by_field_and_counted_eac
 ) -> None:
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path))
-    decisions = ProxyDecisions(audit)
+    decisions = DecisionRecords(audit)
     verdict, code = ("allow", "none") if target.would_deny is None else ("would_deny", "policy_denied")
     counter = metrics.DECISIONS.labels("connect", verdict, code)
     counted = counter.value
@@ -251,7 +251,7 @@ def test_a_forwarded_requests_close_line_is_the_generic_close_line(
 ) -> None:
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path))
-    decisions = ProxyDecisions(audit)
+    decisions = DecisionRecords(audit)
     exchange = _exchange(decisions, client, target, method, http_path)
     exchange.status = status
     exchange.bytes_up = 517
@@ -287,7 +287,7 @@ def test_a_forwarded_requests_close_line_is_the_generic_close_line(
 
 
 def _exchange(
-    decisions: ProxyDecisions,
+    decisions: DecisionRecords,
     client: dict[str, Any],
     target: PinnedTarget,
     method: str,
@@ -310,7 +310,7 @@ def test_each_request_line_takes_its_own_members_when_they_alternate(tmp_path: P
     and close reasons on one target each get their own members, and each outcome is counted."""
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path))
-    decisions = ProxyDecisions(audit)
+    decisions = DecisionRecords(audit)
     target = _target()
     client = connection_fields(("127.0.0.9", 40123))
     ok, timeout = metrics.OUTCOMES.labels("http", "ok"), metrics.OUTCOMES.labels("http", "timeout")
@@ -341,7 +341,7 @@ def test_a_prepared_lines_time_is_the_moment_it_was_written(tmp_path: Path) -> N
     """The line start computed inline (the second formatted once, its microseconds per line)."""
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path))
-    decisions = ProxyDecisions(audit)
+    decisions = DecisionRecords(audit)
     target = _target()
     client = connection_fields(("127.0.0.9", 40123))
     before = time.time()
@@ -362,7 +362,7 @@ def test_a_requests_close_lines_beyond_the_kept_formats_are_still_its_own(tmp_pa
     close line still carries its own status, and the lines keep no more than their bound."""
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path))
-    decisions = ProxyDecisions(audit)
+    decisions = DecisionRecords(audit)
     exchange = _exchange(decisions, connection_fields(("127.0.0.9", 40123)), _target(), "GET", "/a")
     statuses = [200 + n for n in range(MAX_CLOSES_PER_REQUEST_LINES + 3)] * 2
     for status in statuses:
@@ -380,7 +380,7 @@ def test_a_close_line_takes_the_duration_its_caller_measured(tmp_path: Path) -> 
     """The duration the connection observed in its latency histogram is the line's own."""
     path = tmp_path / "audit.log"
     audit = AuditLog(str(path))
-    decisions = ProxyDecisions(audit)
+    decisions = DecisionRecords(audit)
     exchange = _exchange(decisions, connection_fields(("127.0.0.9", 40123)), _target(), "GET", "/a")
     decisions.record_exchange_close(exchange, "done", 98765.4321)
     decisions.record_exchange_close(exchange, "done")  # measured here: the request just started

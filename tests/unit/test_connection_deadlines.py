@@ -1,6 +1,6 @@
 """The proxy's deadlines and half-closes as data: each limit a named case, no socket, no clock.
 
-`connection_deadlines.py` decides; the listener, the tunnel and the upstream connection only
+`proxy/deadlines/limits.py` decides; the listener, the tunnel and the upstream connection only
 carry its verdicts out. The deadline wheel is driven here through `expire(now)` with explicit
 times, so filing, moving, clearing and cancelling are checked without waiting for a timer.
 """
@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from gateway.proxy.connection_deadlines import (
+from gateway.proxy.deadlines.limits import (
     AfterFin,
     ClientDeadline,
     ClientExpiry,
@@ -19,7 +19,7 @@ from gateway.proxy.connection_deadlines import (
     ResponseDeadlines,
     TunnelLimits,
 )
-from gateway.proxy.deadline import TICK_S, DeadlineWheel, LazyDeadline
+from gateway.proxy.deadlines.wheel import TICK_S, DeadlineWheel, LazyDeadline
 
 HEAD_S = 10.0
 IDLE_S = 60.0

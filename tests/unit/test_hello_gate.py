@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.proxy.hello_gate import (
+from gateway.proxy.tls.hello_gate import (
     MAX_HELD_BYTES,
     GateState,
     HelloGate,
     ServerFlight,
     classify_server_flight,
 )
-from gateway.proxy.sni import ClientHelloPeek, PeekStatus
+from gateway.proxy.tls.sni import ClientHelloPeek, PeekStatus
 from tests.harness.tls_records import CHANGE_CIPHER_SPEC, HRR, client_hello, server_hello
 
 ALLOWED = "docs.example.org"

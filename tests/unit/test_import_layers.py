@@ -1,10 +1,15 @@
-"""The package's layering, read from the source with `ast` (issue 11).
+"""The package's layering, read from the source with `ast` (issues 11 and 27).
 
 Each part of `gateway` has a rank; an import may only point to a strictly lower rank, so the
 drawing proxy/tools → egress → policy → vet → errors has no arrow back up, and two parts of the
-same rank (proxy and tools) never import each other. Module-level imports also form no cycle.
-Imports inside functions count for the layering (they are still dependencies) but not for the
-cycle check (they run after both modules exist).
+same rank (proxy and tools) never import each other. Every import counts: at module level, inside
+a function (it still runs, later) and under `if TYPE_CHECKING:` (a type-only import is still a
+dependency of the reader and of mypy). Module-level imports form no cycle; all imports together
+form none either, but for the few type-only edges `ALLOWED_BACK_EDGES` names with their reason.
+
+Inside `gateway/proxy/` the folders are ranked the same way (`PROXY_RANKS`: the HTTP/1.1 core,
+TLS peeking and deadlines at the bottom, then decisions, then tunnels and forwarding, then the
+listener at the package's root), and the pure folders import neither asyncio nor any socket API.
 """
 
 from __future__ import annotations
@@ -86,6 +91,15 @@ def gateway_imports(tree: ast.AST, *, top_level_only: bool) -> Iterator[str]:
             yield from (alias.name for alias in node.names if alias.name.startswith("gateway"))
 
 
+def all_imports(tree: ast.AST) -> Iterator[str]:
+    """Every module `tree` imports, the standard library's and third parties' included."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+        elif isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+
+
 def modules() -> dict[str, ast.Module]:
     return {module_name(path): ast.parse(path.read_text()) for path in sorted(PACKAGE.rglob("*.py"))}
 
@@ -137,6 +151,154 @@ def test_module_level_imports_form_no_cycle() -> None:
 
 
 modules_cache = modules()
+
+# Type-only imports that close a cycle, each with why it is right (a new one fails the test below).
+ALLOWED_BACK_EDGES: dict[tuple[str, str], str] = {
+    # None today: `policy/node_reader.py` took the YAML node reader that `policy/transparent.py` and
+    # `policy/inspect_load.py` annotated with out of `policy/load.py`, their caller.
+}
+
+# Inside gateway/proxy/: a folder may only import folders of strictly lower rank (or itself).
+PROXY_RANKS: dict[str, int] = {
+    "http1": 0,  # the HTTP/1.1 core: bytes in, heads and events out
+    "tls": 0,  # the ClientHello peek and the SNI gate
+    "deadlines": 0,  # the deadline wheel and what each deadline means
+    "decision": 1,  # caches in front of the egress core's decision, and the audit records
+    "tunnel": 2,  # opening a CONNECT and the splice
+    "forward": 2,  # plain HTTP: dispatch, exchange, upstream, pool
+    "": 3,  # the listener: server.py and client_connection.py
+}
+# Sans I/O: no event loop, no socket API.
+PURE_PROXY_FOLDERS = ("http1", "tls")
+PURE_PROXY_MODULES = ("gateway.proxy.deadlines.limits",)
+IO_MODULES = ("asyncio", "socket", "selectors", "ssl", "uvloop")
+
+
+def full_graph() -> dict[str, set[str]]:
+    """Every import between modules of the gateway: module level, inside functions, type-only."""
+    return {
+        name: {t for t in gateway_imports(tree, top_level_only=False) if t in modules_cache and t != name}
+        for name, tree in modules_cache.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_all_imports_form_no_cycle_but_the_allowed_back_edges() -> None:
+    graph = full_graph()
+    for source, target in ALLOWED_BACK_EDGES:
+        assert target in graph[source], f"{source} no longer imports {target}: drop it from ALLOWED_BACK_EDGES"
+        graph[source].discard(target)
+    assert cycles(graph) == []
+
+
+def test_every_allowed_back_edge_is_type_only() -> None:
+    for source, target in ALLOWED_BACK_EDGES:
+        tree = modules_cache[source]
+        guarded = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        ]
+        runtime = set(gateway_imports(tree, top_level_only=False)) - {
+            t for block in guarded for statement in block.body for t in gateway_imports(statement, top_level_only=False)
+        }
+        assert target not in runtime, f"{source} imports {target} at run time"
+
+
+def proxy_folder(module: str) -> str | None:
+    """The folder of `gateway.proxy` a module is in ("" for the package's root), or None."""
+    pieces = module.split(".")
+    if pieces[:2] != ["gateway", "proxy"]:
+        return None
+    return pieces[2] if len(pieces) > 3 else ""
+
+
+def test_every_proxy_module_is_in_a_ranked_folder() -> None:
+    assert {proxy_folder(name) for name in modules_cache} - {None} <= set(PROXY_RANKS)
+
+
+def test_no_proxy_import_points_up_or_sideways_between_folders() -> None:
+    wrong: list[str] = []
+    for name, tree in modules_cache.items():
+        source = proxy_folder(name)
+        if source is None:
+            continue
+        for target in gateway_imports(tree, top_level_only=False):
+            destination = proxy_folder(target)
+            if destination is None or destination == source:
+                continue
+            if PROXY_RANKS[destination] >= PROXY_RANKS[source]:
+                wrong.append(f"{name} imports {target} (proxy/{source} → proxy/{destination})")
+    assert wrong == []
+
+
+def test_each_proxy_folder_holds_no_cycle() -> None:
+    graph = full_graph()
+    for folder in PROXY_RANKS:
+        inside = {name for name in graph if proxy_folder(name) == folder}
+        assert cycles({name: graph[name] & inside for name in inside}) == [], folder
+
+
+def test_the_pure_proxy_folders_use_no_event_loop_or_socket() -> None:
+    pure = [name for name in modules_cache if proxy_folder(name) in PURE_PROXY_FOLDERS or name in PURE_PROXY_MODULES]
+    assert len(pure) > len(PURE_PROXY_FOLDERS)
+    for name in pure:
+        used = {imported.split(".")[0] for imported in all_imports(modules_cache[name])}
+        assert used.isdisjoint(IO_MODULES), name
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [("gateway.proxy.http1.heads", "gateway.proxy.decision.caches"),
+     ("gateway.proxy.forward.dispatch", "gateway.proxy.tunnel.opener"),
+     ("gateway.proxy.decision.records", "gateway.proxy.forward.exchange"),
+     ("gateway.proxy.tunnel.splice", "gateway.proxy.server")],
+    ids=["core-to-decision", "forward-to-tunnel", "decision-to-forward", "tunnel-to-listener"],
+)  # fmt: skip
+def test_the_proxy_rule_itself_refuses_an_upward_import(source: str, target: str) -> None:
+    source_folder, target_folder = proxy_folder(source), proxy_folder(target)
+    assert source_folder is not None
+    assert target_folder is not None
+    assert PROXY_RANKS[target_folder] >= PROXY_RANKS[source_folder]
+
+
+def test_the_cycle_check_itself_finds_a_type_only_cycle() -> None:
+    # As `tools/api.py` and `tools/mcp/http.py` once formed one through a function-level import.
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 @pytest.mark.parametrize(

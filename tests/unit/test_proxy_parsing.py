@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.exchange import build_request_head
-from gateway.proxy.heads import (
+from gateway.proxy.forward.exchange import build_request_head
+from gateway.proxy.http1.heads import (
     connection_tokens,
     error_response,
     parse_connect_authority,
@@ -17,9 +17,9 @@ from gateway.proxy.heads import (
     proxy_status,
     split_absolute_target,
 )
-from gateway.proxy.request_head import forwarded_lines
-from gateway.proxy.sni import ClientHelloPeek, PeekStatus
-from gateway.proxy.tunnel import sni_verdict
+from gateway.proxy.http1.request_head import forwarded_lines
+from gateway.proxy.tls.sni import ClientHelloPeek, PeekStatus
+from gateway.proxy.tunnel.splice import sni_verdict
 
 
 def b64(text: str) -> bytes:
@@ -174,10 +174,11 @@ def test_denial_response_carries_code_header_and_json_body() -> None:
     assert b"X-Egress-Code: policy_denied" in head
     assert b"Connection: keep-alive" in head
     document = orjson.loads(body)
-    assert document["error"]["code"] == "policy_denied"
-    assert document["error"]["message"] == "no"
-    assert document["error"]["retryable"] is False
-    assert "allow_domains" in document["error"]["hint"]
+    assert document["egress"]["code"] == "policy_denied"
+    assert document["egress"]["message"] == "no"
+    assert document["egress"]["retryable"] is False
+    assert "allow_domains" in document["egress"]["hint"]
+    assert document["error"] == document["message"] == f"policy_denied: no ({document['egress']['hint']})"
 
 
 def test_auth_denial_is_407_with_proxy_authenticate() -> None:

@@ -13,14 +13,14 @@ import httptools
 import pytest
 
 from gateway.errors import ErrorCode
-from gateway.proxy.request_framing import (
+from gateway.proxy.http1.request_framing import (
     ConnectHead,
     Refusal,
     RequestBody,
     RequestEnd,
     RequestFraming,
 )
-from gateway.proxy.request_framing import RequestEvent as AnyRequestEvent
+from gateway.proxy.http1.request_framing import RequestEvent as AnyRequestEvent
 
 
 @dataclass

@@ -14,10 +14,10 @@ import random
 import pytest
 
 from gateway.errors import ErrorCode
-from gateway.proxy import request_framing
-from gateway.proxy.chunked_end import ChunkedBodyEnd
-from gateway.proxy.heads import MAX_HEAD_BYTES, MAX_HEADERS, MAX_URL_BYTES, named_by_connection
-from gateway.proxy.request_framing import (
+from gateway.proxy.http1 import request_framing
+from gateway.proxy.http1.chunked_end import ChunkedBodyEnd
+from gateway.proxy.http1.heads import MAX_HEAD_BYTES, MAX_HEADERS, MAX_URL_BYTES, named_by_connection
+from gateway.proxy.http1.request_framing import (
     OUT_OF_STEP,
     ConnectHead,
     Refusal,
@@ -25,7 +25,7 @@ from gateway.proxy.request_framing import (
     RequestEnd,
     RequestFraming,
 )
-from gateway.proxy.request_head import forwarded_lines, read_field_block, request_fields
+from gateway.proxy.http1.request_head import forwarded_lines, read_field_block, request_fields
 from tests.unit.test_request_framing import RequestEvent, RequestHead, events_of
 
 SIX_FIELDS = (

@@ -14,9 +14,9 @@ import httptools
 import pytest
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.heads import HOP_BY_HOP
-from gateway.proxy.response_framing import ResponseFraming
-from gateway.proxy.response_head import MAX_INTERIM_RESPONSES, MAX_RESPONSE_HEAD_BYTES, MAX_RESPONSE_HEADERS
+from gateway.proxy.http1.heads import HOP_BY_HOP
+from gateway.proxy.http1.response_framing import ResponseFraming
+from gateway.proxy.http1.response_head import MAX_INTERIM_RESPONSES, MAX_RESPONSE_HEAD_BYTES, MAX_RESPONSE_HEADERS
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.response_head import (
+from gateway.proxy.http1.response_head import (
     MAX_INTERIM_RESPONSES,
     MAX_RESPONSE_HEAD_BYTES,
     MAX_RESPONSE_HEADERS,

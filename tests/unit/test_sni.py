@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from gateway.proxy.sni import MAX_PEEK_BYTES, PeekStatus, peek_client_hello
+from gateway.proxy.tls.sni import MAX_PEEK_BYTES, PeekStatus, peek_client_hello
 from tests.harness.tls_records import client_hello
 
 

@@ -16,7 +16,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.proxy.sni import MAX_PEEK_BYTES, PeekStatus, peek_client_hello
+from gateway.proxy.tls.sni import MAX_PEEK_BYTES, PeekStatus, peek_client_hello
 from tests.harness.fuzz import examples
 
 HOSTNAMES = st.lists(st.from_regex(r"[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?", fullmatch=True), min_size=2, max_size=5).map(

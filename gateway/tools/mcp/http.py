@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 import yarl
@@ -21,6 +21,7 @@ from aiohttp import web
 
 from gateway.errors import GatewayError
 from gateway.tools.call_guard import CallContext
+from gateway.tools.http_edge import error_response, read_body
 from gateway.tools.mcp.envelope import (
     ERROR_HTTP_STATUS,
     HEADER_MISMATCH,
@@ -45,9 +46,6 @@ from gateway.tools.mcp.protocol import (
     is_notification,
 )
 from gateway.tools.schemas import Tool
-
-if TYPE_CHECKING:
-    from gateway.tools.api import ToolsApi
 
 MCP_PATH = "/mcp"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
@@ -97,8 +95,26 @@ def _body_version(message: Mapping[str, Any]) -> Any:
     return meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
 
 
+class ToolInvoker(Protocol):
+    """What /mcp needs of the /v1 API (`tools.api.ToolsApi`): the principal read as /v1 reads it,
+    the one audited tool call, and the line of a refusal before any call. Named here, so this
+    module never imports the API above it."""
+
+    def context_for(self, request: web.Request) -> CallContext: ...
+
+    def meta_context(self, context: CallContext, run_meta: str | None, step_meta: str | None) -> CallContext: ...
+
+    async def call_tool(
+        self, tool: Tool, context: CallContext, payload: Any, request: web.Request | None = None
+    ) -> dict[str, Any]: ...
+
+    def audit_refusal(
+        self, kind: str, request: web.Request, error: GatewayError, context: CallContext | None
+    ) -> None: ...
+
+
 class McpHttpEndpoint:
-    def __init__(self, api: ToolsApi) -> None:
+    def __init__(self, api: ToolInvoker) -> None:
         self._api = api
 
     def add_routes(self, app: web.Application) -> None:
@@ -136,8 +152,6 @@ class McpHttpEndpoint:
         return McpCaller(tools=tools, run=run)
 
     async def handle_post(self, request: web.Request) -> web.StreamResponse:
-        from gateway.tools.api import error_response, read_body  # noqa: PLC0415 - api imports this module
-
         if not origin_allowed(request.headers.get("Origin")):
             return _rpc_error(403, INVALID_REQUEST, "Origin not allowed: only loopback origins may call /mcp")
         try:

@@ -232,18 +232,59 @@ def proxy_status(error: GatewayError) -> int:
     return error.status_on("proxy")
 
 
-def error_response(error: GatewayError, *, keep_alive: bool, conn: object = None) -> bytes:
-    """The denial of DESIGN.md section 3: status, X-Egress-Code, the JSON body; never a credential.
+def refusal_subject(error: GatewayError, default_port: int | None) -> str:
+    """The destination a refusal is about, for its status line and body: `github.com`, or
+    `github.com:8443` when the port is not the request's default; "" when none was decided."""
+    if error.destination is None:
+        return ""
+    host, port = error.destination
+    shown = f"[{host}]" if ":" in host else host
+    return shown if port == default_port else f"{shown}:{port}"
 
-    `conn` is the connection's audit id, echoed as X-Egress-Id so a client can quote it."""
+
+def refusal_hint(error: GatewayError) -> str:
+    """What the agent or its operator can change to get past the refusal."""
+    if error.code == ErrorCode.DNS_FAILURE and error.retryable:
+        # SERVFAIL, REFUSED, a timeout: the name may well exist.
+        return (
+            "the DNS lookup failed, not the name: retry later, or ask the operator to check the gateway's nameservers"
+        )
+    return CHANGE_HINTS.get(error.code, DEFAULT_HINT)
+
+
+def refusal_body(error: GatewayError, subject: str) -> bytes:
+    """The proxy's refusal body: one readable line as the top-level `error` and `message`, the
+    structured object of DESIGN.md section 3 beside it as `egress`.
+
+    npm prints the body's `error` field as text (an object came out as `[object Object]`) and
+    other clients print `message`; agents read `egress.code`. The /v1 API keeps its own shape.
+    """
+    structured = error.to_body()["error"]
+    hint = refusal_hint(error)
+    structured["hint"] = hint
+    if subject:
+        structured["destination"] = subject
+    line = f"{error.code}: {error.message} ({hint})"
+    return orjson.dumps({"error": line, "message": line, "egress": structured})
+
+
+def error_response(
+    error: GatewayError, *, keep_alive: bool, conn: object = None, default_port: int | None = None
+) -> bytes:
+    """A refusal: status line naming the code and the destination, X-Egress-Code, the body of
+    `refusal_body`; never a credential.
+
+    `conn` is the connection's audit id, echoed as X-Egress-Id so a client can quote it;
+    `default_port` the request's own (443 for CONNECT, 80 for plain HTTP), left out of the line."""
     status = proxy_status(error)
     code = str(error.code).encode("ascii")
-    document = error.to_body()
-    document["error"]["hint"] = CHANGE_HINTS.get(error.code, DEFAULT_HINT)
-    body = orjson.dumps(document)
+    subject = refusal_subject(error, default_port)
+    body = refusal_body(error, subject)
+    # pip, apt and curl -v print only the status line: it carries the code and the destination
+    # (a vetted IDNA name or an IP, so nothing a client could inject). Never a rule name.
+    about = b" " + subject.encode("ascii") if subject else b""
     lines = [
-        # The code in the reason phrase too: pip, curl, git and httpx print the status line.
-        b"HTTP/1.1 %d %s (egress: %s)\r\n" % (status, REASONS.get(status, b"Error"), code),
+        b"HTTP/1.1 %d %s (egress: %s%s)\r\n" % (status, REASONS.get(status, b"Error"), code, about),
         b"X-Egress-Code: " + code + b"\r\n",
         b"Content-Type: application/json\r\n",
         b"Content-Length: %d\r\n" % len(body),
@@ -283,7 +324,7 @@ CHANGE_HINTS: dict[ErrorCode, str] = {
     ErrorCode.INVALID_INPUT: "send a well-formed HTTP/1.1 request with an absolute URI, or CONNECT host:port",
     ErrorCode.TOO_LARGE: "the message passed a size cap (the message names it); send or fetch less",
     ErrorCode.CONCURRENCY_LIMITED: "too many open tunnels: close some, or retry after Retry-After",
-    ErrorCode.DNS_FAILURE: "the name does not resolve; check the host name",
+    ErrorCode.DNS_FAILURE: "the name does not exist or has no address: check the host name",
     ErrorCode.CONNECT_FAILURE: "the origin refused, reset or answered badly; retry later or check the origin",
     ErrorCode.TIMEOUT: "the origin was too slow; retry, or ask the operator about the proxy timeouts",
 }

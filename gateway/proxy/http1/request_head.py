@@ -22,7 +22,7 @@ import httptools
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
-from gateway.proxy.heads import (
+from gateway.proxy.http1.heads import (
     CLOSE_FIELD,
     FRAMING_FIELDS,
     HOP_BY_HOP,

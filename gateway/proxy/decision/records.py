@@ -1,21 +1,19 @@
-"""The proxy's decision step: from a parsed request head to a principal, a vetted target, a record.
+"""The audit record of the proxy's decisions: allow and deny lines, their counts, and close lines.
 
-Owns what every proxy request pays before a byte goes upstream: the credential cache (per policy
-generation), the parsed-target and vetted-host caches, and the decision's audit line and
-`decisions_total` count, with the close line of a forwarded request (both kept per decision and
-request as `RequestLines`). A keep-alive request whose name is in the DNS cache is decided here
-without a task, through `EgressCore.pin_cached`; the listener falls back to `EgressCore.pin`
-on a miss. The checks are the egress core's, never re-implemented here.
+Owns the decision's audit line and `decisions_total` count for every proxy surface (CONNECT,
+plain HTTP, a transparent connection), and the close line of a forwarded request, both kept per
+decision and request as `RequestLines` so that a repeated request serializes nothing again. The
+audit kind is the surface's unless the records were made for one kind (`transparent`).
 
-Never dials, never writes to a client, never logs or caches a credential that failed.
+Never decides anything (it records what the egress core decided), never caches what a decision
+is computed from (`caches.py` does), never writes to a client.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
@@ -26,23 +24,9 @@ from gateway.observe.audit_fields import client_line_end
 from gateway.observe.audit_members import ConnectionFields, json_members
 from gateway.observe.loop_metrics import CounterChild
 from gateway.observe.verdicts import rule_for_code, verdict_of_failure
-from gateway.policy.decide import authenticate_bound
-from gateway.policy.model import LoadedPolicy, Principal
-from gateway.proxy.exchange import ForwardExchange
-from gateway.proxy.heads import (
-    Authority,
-    host_authority,
-    parse_connect_authority,
-    parse_proxy_authorization,
-    split_absolute_target,
-)
-from gateway.vet.urls import VettedHost, vet_host
+from gateway.policy.model import Principal
+from gateway.proxy.decision.caches import MAX_CACHED_URL_BYTES
 
-MAX_CACHED_CREDENTIALS = 1024
-MAX_CACHED_HOSTS = 4096
-MAX_CACHED_TARGETS = 4096
-# Longer request targets are parsed every time: the cache must stay small (4096 entries of at most 512 B).
-MAX_CACHED_URL_BYTES = 512
 # Requests whose lines are kept serialized (`RequestLines` per `AllowKey`); the lines of a path
 # longer than the URL bound are serialized per request (its target is parsed every time) and
 # live only as long as the request and its connection's kept decision.
@@ -59,16 +43,6 @@ CloseKey = tuple[int, str | None, str]
 
 _FORWARD_UP = metrics.HTTP_FORWARD_BYTES.labels("upstream")
 _FORWARD_DOWN = metrics.HTTP_FORWARD_BYTES.labels("downstream")
-
-
-@dataclass(frozen=True, slots=True)
-class ForwardTarget:
-    """An absolute-form request target, parsed and canonicalised once for every request naming it."""
-
-    host: VettedHost
-    port: int
-    origin_form: bytes
-    authority: bytes
 
 
 class RequestLines:
@@ -103,96 +77,48 @@ class RequestLines:
         self.closes: dict[CloseKey, tuple[CounterChild, bytes]] = {}
 
 
-class ProxyDecisions:
-    """Caches in front of authentication and host vetting, and the record of each decision."""
+class _PooledKey(Protocol):
+    @property
+    def key(self) -> tuple[str, str, str, int]: ...
 
-    # The audit kind every line and count of these decisions takes instead of the caller's
-    # (`transparent` for the transparent listener's plain HTTP); None keeps connect/http.
-    kind_override: str | None = None
 
-    def __init__(self, audit: AuditLog) -> None:
+class _AuditedClient(Protocol):
+    @property
+    def audit_fields(self) -> Mapping[str, Any]: ...
+
+
+class ClosingExchange(Protocol):
+    """What a forwarded request's close line is written from (`forward.exchange.ForwardExchange`)."""
+
+    @property
+    def lines(self) -> RequestLines | None: ...
+    @property
+    def bytes_up(self) -> int: ...
+    @property
+    def bytes_down(self) -> int: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def started(self) -> float: ...
+    @property
+    def upstream(self) -> _PooledKey | None: ...
+    @property
+    def client(self) -> _AuditedClient: ...
+
+
+class DecisionRecords:
+    """The audit lines and counts of every proxy decision, kept serialized per decision and request."""
+
+    def __init__(self, audit: AuditLog, *, kind: str | None = None) -> None:
         self.audit = audit
-        self._credentials: BoundedMemo[tuple[int, bytes | None, int | None], Principal] = BoundedMemo(
-            MAX_CACHED_CREDENTIALS
-        )
-        self._hosts: BoundedMemo[bytes | str, VettedHost] = BoundedMemo(MAX_CACHED_HOSTS)
-        self._targets: BoundedMemo[bytes, ForwardTarget] = BoundedMemo(MAX_CACHED_TARGETS)
-        self._authorities: BoundedMemo[bytes, Authority] = BoundedMemo(MAX_CACHED_TARGETS)
+        # The audit kind every line and count takes instead of the caller's (`transparent` for the
+        # transparent listener's plain HTTP); None keeps connect/http.
+        self.kind_override = kind
         self._decision_counters: dict[tuple[str, str, str], CounterChild] = {}
-        self._method_names: dict[bytes, str] = {}
         # Per `AllowKey`: its lines (`record_allow`).
         self._allow_lines: BoundedMemo[AllowKey, RequestLines] = BoundedMemo(MAX_CACHED_REQUEST_MEMBERS)
 
-    def principal_for(
-        self, loaded: LoadedPolicy, authorization: bytes | None, peer_uid: int | None = None
-    ) -> Principal:
-        """Authenticate, caching successes per policy generation (hashing every token per request
-        would be the single largest cost on a keep-alive connection). `peer_uid`: the uid behind a
-        loopback client when the policy binds uids (`authenticate_bound`), else None."""
-        key = (loaded.generation, authorization, peer_uid)
-        principal = self._credentials.get(key)
-        if principal is None:
-            credential = parse_proxy_authorization(authorization)
-            bound = authenticate_bound(loaded.policy, credential.user, credential.token, peer_uid)
-            principal = self._credentials.put(key, bound)
-        return principal
-
-    @staticmethod
-    def claimed_principal(authorization: bytes | None) -> str | None:
-        """The user part of a Basic credential that failed, for the audit line (a burst of failures
-        for one name is an attack on that principal); never the token, None for Bearer or garbage."""
-        try:
-            return parse_proxy_authorization(authorization).user
-        except GatewayError:
-            return None
-
-    def vetted_host(self, raw: bytes | str) -> VettedHost:
-        """`vet_host` behind a bounded cache: IDNA canonicalisation costs more than the rest of a
-        cached decision, and agents ask for the same few hosts over and over."""
-        host = self._hosts.get(raw)
-        if host is None:
-            if isinstance(raw, bytes):
-                try:
-                    text = raw.decode("ascii")
-                except UnicodeDecodeError:
-                    raise GatewayError(ErrorCode.UNSAFE_URL, "the host is not ASCII") from None
-            else:
-                text = raw
-            host = self._hosts.put(raw, vet_host(text, keep_internal=True))
-        return host
-
-    def forward_target(self, url: bytes) -> ForwardTarget:
-        """Split and vet an absolute URI once; later requests for the same URI reuse the result.
-
-        Only successes are cached, and the result depends on nothing but the URI's bytes (the
-        policy decision is made per request by the egress core)."""
-        target = self._targets.get(url)
-        if target is None:
-            split = split_absolute_target(url)
-            host = self.vetted_host(split.raw_host)
-            target = ForwardTarget(host, split.port, split.origin_form, host_authority(host, split.port))
-            if len(url) <= MAX_CACHED_URL_BYTES:
-                self._targets.put(url, target)
-        return target
-
-    def connect_authority(self, raw: bytes) -> Authority:
-        """`parse_connect_authority` once per distinct CONNECT target; only successes are cached,
-        and the result depends on nothing but the target's bytes."""
-        authority = self._authorities.get(raw)
-        if authority is None:
-            authority = parse_connect_authority(raw, self.vetted_host)
-            if len(raw) <= MAX_CACHED_URL_BYTES:
-                self._authorities.put(raw, authority)
-        return authority
-
-    def method_name(self, method: bytes) -> str:
-        """The method as audit text (llhttp only accepts known methods, so this stays small)."""
-        name = self._method_names.get(method)
-        if name is None:
-            name = self._method_names[method] = method.decode("ascii", "replace")
-        return name
-
-    def record_exchange_close(self, exchange: ForwardExchange, reason: str, duration_s: float | None = None) -> None:
+    def record_exchange_close(self, exchange: ClosingExchange, reason: str, duration_s: float | None = None) -> None:
         """The close audit line of a forwarded request (none for a request that was never
         allowed: it has no `lines`), `duration_s` since it started (read here when not given)."""
         lines = exchange.lines

@@ -25,9 +25,10 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.policy.model import LoadedPolicy, Principal, ProxySettings
-from gateway.proxy.deadline import DeadlineWheel, LazyDeadline
-from gateway.proxy.decision_caches import ProxyDecisions
-from gateway.proxy.tunnel import DialedUpstream, Tunnel, UpstreamTunnelProtocol
+from gateway.proxy.deadlines.wheel import DeadlineWheel, LazyDeadline
+from gateway.proxy.decision.caches import DecisionCaches
+from gateway.proxy.decision.records import DecisionRecords
+from gateway.proxy.tunnel.splice import DialedUpstream, Tunnel, UpstreamTunnelProtocol
 from gateway.vet.urls import VettedHost
 
 CONNECT_ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
@@ -57,15 +58,18 @@ class TunnelOpener:
     def __init__(
         self,
         core: EgressCore,
-        decisions: ProxyDecisions,
+        caches: DecisionCaches,
+        records: DecisionRecords,
         audit: AuditLog,
+        *,
         on_closed: Callable[[], None],
         wheel: DeadlineWheel,
     ) -> None:
         self.core = core
         # The listener's deadline wheel, which the transparent listener's connections share.
         self.wheel = wheel
-        self.decisions = decisions
+        self.caches = caches
+        self.records = records
         self.audit = audit
         self.tunnels: set[Tunnel] = set()
         # Dials in flight (no task holds them): each is referenced here until its outcome is told.
@@ -143,15 +147,15 @@ class TunnelOpener:
         (`pin_cached`, or `pin` later in `dial` when DNS must be asked), under the policy
         generation current now."""
         loaded = self.core.loaded
-        decisions = self.decisions
+        caches = self.caches
         principal_name: str | None = None
         host_name: str | None = None
         port: int | None = None
         reserved = False
         try:
-            principal = decisions.principal_for(loaded, authorization, peer_uid)
+            principal = caches.principal_for(loaded, authorization, peer_uid)
             principal_name = principal.name
-            authority = decisions.connect_authority(raw_target)
+            authority = caches.connect_authority(raw_target)
             host_name, port = authority.host.name, authority.port
             self.reserve(principal_name, loaded.policy.proxy)
             reserved = True
@@ -159,7 +163,7 @@ class TunnelOpener:
         except GatewayError as error:
             if reserved:
                 self.release(principal_name or "")
-            decisions.record_deny(
+            self.records.record_deny(
                 "connect",
                 principal_name,
                 host_name,
@@ -167,7 +171,7 @@ class TunnelOpener:
                 error=error,
                 generation=loaded.generation,
                 client=client,
-                claimed=decisions.claimed_principal(authorization) if principal_name is None else None,
+                claimed=caches.claimed_principal(authorization) if principal_name is None else None,
             )
             raise
         return TunnelRequest(principal, authority.host, port, target, loaded, client or {})
@@ -181,7 +185,7 @@ class TunnelOpener:
             target = await self.core.pin(principal, request.host, request.port, loaded=loaded)
         except GatewayError as error:
             self.release(principal.name)
-            self.decisions.record_deny(
+            self.records.record_deny(
                 "connect",
                 principal.name,
                 request.host.name,
@@ -259,7 +263,7 @@ class TunnelOpener:
     def _record_never_opened(self, request: TunnelRequest, target: PinnedTarget, reason: str) -> None:
         """An allowed CONNECT that never carried a byte: its allow line, then a close line with
         `reason`, so the decision is never left without its outcome."""
-        self.decisions.record_allow("connect", request.principal, target, client=request.client)
+        self.records.record_allow("connect", request.principal, target, client=request.client)
         self.audit.never_opened(
             kind="connect",
             principal=request.principal.name,
@@ -284,7 +288,7 @@ class TunnelOpener:
         gate first)."""
         _CONNECT_LATENCY.observe(time.perf_counter() - dial.started)
         self.dialing.discard(dial)
-        self.decisions.record_allow("connect", request.principal, dialed.target, client=request.client)
+        self.records.record_allow("connect", request.principal, dialed.target, client=request.client)
         conn = request.client.get("conn")
         client.write(
             CONNECT_ESTABLISHED

@@ -1,10 +1,10 @@
 """The CONNECT splice: bytes both ways between a client and a pinned upstream, bounded.
 
-Owns an established tunnel: the SNI gate on the client's handshake (`hello_gate.HelloGate`: the
+Owns an established tunnel: the SNI gate on the client's handshake (`tls/hello_gate.HelloGate`: the
 first ClientHello, and the second after a HelloRetryRequest, held, peeked, then forwarded
 unchanged), backpressure (a side whose write buffer passes the high-water mark pauses
 reading on the other side, so memory per tunnel stays bounded by the watermarks), byte counts,
-the close audit line, and carrying out what its `connection_deadlines.TunnelLimits` decides: the
+the close audit line, and carrying out what its `deadlines/limits.TunnelLimits` decides: the
 idle timeout and maximum lifetime (on the client connection's entry in the deadline wheel) and
 the guarded half-closes.
 
@@ -23,10 +23,10 @@ from gateway.egress.target import PinnedTarget
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.policy.model import Principal, ProxySettings, SniMode
-from gateway.proxy.connection_deadlines import AfterFin, TunnelLimits
-from gateway.proxy.deadline import LazyDeadline
-from gateway.proxy.hello_gate import HelloGate
-from gateway.proxy.sni import ClientHelloPeek, PeekStatus
+from gateway.proxy.deadlines.limits import AfterFin, TunnelLimits
+from gateway.proxy.deadlines.wheel import LazyDeadline
+from gateway.proxy.tls.hello_gate import HelloGate
+from gateway.proxy.tls.sni import ClientHelloPeek, PeekStatus
 
 # Per direction, the most a tunnel buffers before it stops reading the other side: large enough
 # that a bulk transfer rarely pauses (each pause/resume is a wake-up and epoll change), small

@@ -11,16 +11,14 @@ Never dials and never decides: it hands back what a `PinnedTarget` already allow
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 from gateway.egress.target import PinnedTarget
 from gateway.memo import BoundedMemo
-from gateway.proxy.deadline import DeadlineWheel, LazyDeadline
-
-if TYPE_CHECKING:
-    from gateway.proxy.forward import UpstreamConnection
+from gateway.proxy.deadlines.wheel import DeadlineWheel, LazyDeadline
 
 # (principal, vetted address, host, port)
 PoolKey = tuple[str, str, str, int]
@@ -35,13 +33,28 @@ POOL_IDLE_TIMEOUT_S = 30.0
 POOL_SWEEP_S = 5.0
 
 
-class UpstreamPool:
+class PooledConnection(Protocol):
+    """What the pool needs of a connection it keeps (`upstream.UpstreamConnection`)."""
+
+    key: PoolKey
+    parked_at: float
+
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
+
+    def close(self) -> None: ...
+
+
+Conn = TypeVar("Conn", bound=PooledConnection)
+
+
+class UpstreamPool(Generic[Conn]):
     """Idle keep-alive connections by (principal, vetted address, host, port): reuse only what was vetted."""
 
     def __init__(self, wheel: DeadlineWheel) -> None:
         # The listener's deadline wheel: the pool's sweep and every pooled connection's deadlines.
         self.wheel = wheel
-        self._idle: dict[PoolKey, list[UpstreamConnection]] = {}
+        self._idle: dict[PoolKey, list[Conn]] = {}
         self._count = 0
         self._keys: BoundedMemo[tuple[str, tuple[str, ...], str, int], tuple[PoolKey, ...]] = BoundedMemo(
             MAX_CACHED_POOL_KEYS
@@ -62,7 +75,7 @@ class UpstreamPool:
             )
         return keys
 
-    def acquire(self, keys: tuple[PoolKey, ...]) -> UpstreamConnection | None:
+    def acquire(self, keys: tuple[PoolKey, ...]) -> Conn | None:
         """An idle connection under one of `keys` (`keys_for`: a principal's and a target's
         vetted addresses), most recently used first."""
         for key in keys:
@@ -74,7 +87,7 @@ class UpstreamPool:
                     return conn
         return None
 
-    def release(self, conn: UpstreamConnection) -> None:
+    def release(self, conn: Conn) -> None:
         idle = self._idle.get(conn.key)
         if idle is None:  # not `setdefault`: it would build a list per request
             idle = self._idle[conn.key] = []
@@ -96,7 +109,7 @@ class UpstreamPool:
         if self._count:
             self._sweeper.set(POOL_SWEEP_S)
 
-    def forget(self, conn: UpstreamConnection) -> None:
+    def forget(self, conn: Conn) -> None:
         idle = self._idle.get(conn.key)
         if idle and conn in idle:
             idle.remove(conn)
@@ -104,7 +117,7 @@ class UpstreamPool:
             if not idle:
                 del self._idle[conn.key]
 
-    def close_where(self, revoked: Callable[[UpstreamConnection], bool]) -> None:
+    def close_where(self, revoked: Callable[[Conn], bool]) -> None:
         """Close the idle connections `revoked` picks (live permission after a policy reload)."""
         for conn in [conn for idle in self._idle.values() for conn in idle if revoked(conn)]:
             conn.close()

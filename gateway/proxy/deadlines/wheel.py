@@ -8,7 +8,7 @@ moved and cleared on every request arms no timer of its own, and a tunnel setup 
 deadline fires in the slot after it passes: at most `TICK_S` late, never early.
 
 Never decides what a deadline means (the owner's callback asks its sans-I/O state object,
-`connection_deadlines.py`), never reads a socket.
+`limits.py`), never reads a socket.
 """
 
 from __future__ import annotations

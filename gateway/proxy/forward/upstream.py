@@ -5,7 +5,7 @@ one write, feeding the response bytes to its `ResponseFraming` (the sans-I/O re-
 smuggling defences) and writing what it owes the client in one write per read, the response byte
 cap, backpressure both ways, the response deadlines (`proxy.idle_timeout_s` of silence,
 `proxy.response_head_timeout_s` for the head, `proxy.response_timeout_s` in total: 504 before the
-head, a cut stream after it) as its `connection_deadlines.ResponseDeadlines` decides, on one entry
+head, a cut stream after it) as its `deadlines/limits.ResponseDeadlines` decides, on one entry
 in the listener's deadline wheel, parking in the pool, and one retry on a
 fresh connection when a pooled one turns out closed before answering an idempotent request.
 
@@ -22,22 +22,22 @@ from typing import cast
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.model import Principal
-from gateway.proxy.connection_deadlines import ResponseDeadlines
-from gateway.proxy.deadline import LazyDeadline
-from gateway.proxy.exchange import (
+from gateway.proxy.deadlines.limits import ResponseDeadlines
+from gateway.proxy.deadlines.wheel import LazyDeadline
+from gateway.proxy.forward.exchange import (
     WRITE_HIGH_WATER_BYTES,
     WRITE_LOW_WATER_BYTES,
     ForwardExchange,
     PauseReason,
 )
-from gateway.proxy.pool import PoolKey, UpstreamPool
-from gateway.proxy.response_framing import ResponseFraming
+from gateway.proxy.forward.pool import PoolKey, UpstreamPool
+from gateway.proxy.http1.response_framing import ResponseFraming
 
 
 class UpstreamConnection(asyncio.Protocol):
     """One upstream HTTP/1.1 connection; relays the response of the exchange it carries."""
 
-    def __init__(self, pool: UpstreamPool, key: PoolKey) -> None:
+    def __init__(self, pool: UpstreamPool[UpstreamConnection], key: PoolKey) -> None:
         self.pool = pool
         self.key = key
         self.transport: asyncio.Transport | None = None

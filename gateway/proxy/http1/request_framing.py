@@ -31,9 +31,9 @@ from typing import Generic, NoReturn, TypeVar, Union
 import httptools
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.chunked_end import ChunkedBodyEnd
-from gateway.proxy.heads import MAX_HEAD_BYTES, MAX_URL_BYTES
-from gateway.proxy.request_head import (
+from gateway.proxy.http1.chunked_end import ChunkedBodyEnd
+from gateway.proxy.http1.heads import MAX_HEAD_BYTES, MAX_URL_BYTES
+from gateway.proxy.http1.request_head import (
     LINE_TOO_LONG,
     HeldFields,
     content_length,

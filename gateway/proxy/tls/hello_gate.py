@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from gateway.proxy.sni import (
+from gateway.proxy.tls.sni import (
     CONTENT_TYPE_HANDSHAKE,
     MAX_PEEK_BYTES,
     TLS_RECORD_HEADER_BYTES,

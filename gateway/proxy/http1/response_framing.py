@@ -21,8 +21,13 @@ from __future__ import annotations
 import httptools
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.proxy.response_fields import read_head
-from gateway.proxy.response_head import HEAD_END, MAX_RESPONSE_HEAD_BYTES, MAX_RESPONSE_HEADERS, ResponseHeadScanner
+from gateway.proxy.http1.response_fields import read_head
+from gateway.proxy.http1.response_head import (
+    HEAD_END,
+    MAX_RESPONSE_HEAD_BYTES,
+    MAX_RESPONSE_HEADERS,
+    ResponseHeadScanner,
+)
 
 NO_BODY_STATUSES = frozenset({204, 304})
 MALFORMED = "the upstream response is malformed"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from gateway.memo import BoundedMemo
-from gateway.proxy.heads import (
+from gateway.proxy.http1.heads import (
     CLOSE_FIELD,
     FRAMING_FIELDS,
     HOP_BY_HOP,

@@ -5,10 +5,10 @@ keep-alive intent as parsed, its body on the way upstream (held, bounded, until 
 exists), the retry rule of an idempotent request, and the decision it was allowed under; the
 `ClientSide` interface the upstream half calls back through; the reasons client reading is paused
 (`PauseReason`); and `build_request_head`, the rewritten head the upstream sees (origin-form
-target, Host from the URI, the end-to-end field lines `request_head.py` read from the client's
+target, Host from the URI, the end-to-end field lines `http1/request_head.py` read from the client's
 head: hop-by-hop fields, the fields Connection names and Proxy-* removed).
 
-Never reads or writes a socket of its own (the listener and `forward.UpstreamConnection` do),
+Never reads or writes a socket of its own (the listener and `upstream.UpstreamConnection` do),
 never decides policy, never forwards Proxy-Authorization.
 """
 
@@ -22,16 +22,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gateway.egress.target import PinnedTarget
 from gateway.errors import GatewayError
 from gateway.policy.model import LoadedPolicy, Principal, ProxySettings
-from gateway.proxy.request_head import request_fields
+from gateway.proxy.forward.pool import PoolKey
+from gateway.proxy.http1.request_head import request_fields
+from gateway.proxy.http1.response_framing import ResponseFraming
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from gateway.credentials.guard import BodyGuard
     from gateway.credentials.inject import Scrubber
-    from gateway.proxy.decision_caches import RequestLines
-    from gateway.proxy.dispatch import KeptDecision
-    from gateway.proxy.forward import UpstreamConnection
+    from gateway.proxy.decision.records import RequestLines
+    from gateway.proxy.forward.kept_decision import KeptDecision
 
 WRITE_HIGH_WATER_BYTES = 256 * 1024
 WRITE_LOW_WATER_BYTES = 64 * 1024
@@ -80,6 +81,34 @@ class ClientSide(Protocol):
     def pause_client_reading(self, reason: PauseReason) -> None: ...
 
     def resume_client_reading(self, reason: PauseReason) -> None: ...
+
+
+class UpstreamSide(Protocol):
+    """What the client side and the exchange need of its upstream connection (`upstream.py`)."""
+
+    # The exchange it carries; set to None by whoever takes the exchange off it.
+    exchange: ForwardExchange | None
+    last_activity: float
+
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
+
+    @property
+    def framing(self) -> ResponseFraming | None: ...
+
+    @property
+    def key(self) -> PoolKey: ...
+
+    @property
+    def head_sent(self) -> bool: ...
+
+    def finish(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
 
 
 class ForwardExchange:
@@ -147,7 +176,7 @@ class ForwardExchange:
         self.body_done = False
         self.pending: list[bytes] = []
         self.pending_bytes = 0
-        self.upstream: UpstreamConnection | None = None
+        self.upstream: UpstreamSide | None = None
         self.bytes_up = 0
         self.bytes_down = 0
         # The proxy settings of the generation the request was decided under (its response cap
@@ -158,7 +187,7 @@ class ForwardExchange:
         # The monotonic clock, as the connection's deadlines: its close reads one clock for both.
         self.started = time.monotonic()
         self.status = 0  # the upstream's final status once its head went to the client
-        self.lines: RequestLines | None = None  # its audit lines once allowed (`ProxyDecisions`)
+        self.lines: RequestLines | None = None  # its audit lines once allowed (`DecisionRecords`)
         self.principal = ""
         self.principal_rule: Principal | None = None  # what the decision was made for (live permission)
         self.target: PinnedTarget | None = None

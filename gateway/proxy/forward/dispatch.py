@@ -1,7 +1,7 @@
 """Plain HTTP dispatch: decide one absolute-URI request and put it on an upstream connection.
 
 Owns the step between a parsed request head and `UpstreamConnection.start`: the decision through
-`ProxyDecisions` and the egress core (synchronous when `EgressCore.pin_cached` can decide, so a
+`DecisionCaches` and the egress core (synchronous when `EgressCore.pin_cached` can decide, so a
 keep-alive request costs no task; an owned task awaiting `EgressCore.pin` on a DNS cache miss),
 the decision record, the rewritten upstream head, a pooled connection or a fresh pinned dial,
 and the one retry of a request a stale pooled connection dropped.
@@ -24,69 +24,20 @@ from gateway.memo import BoundedMemo
 from gateway.observe import metrics
 from gateway.policy.inspect_decide import RequestFacts, decide_request
 from gateway.policy.model import LoadedPolicy, Principal
-from gateway.proxy.decision_caches import (
+from gateway.proxy.decision.caches import (
     MAX_CACHED_TARGETS,
     MAX_CACHED_URL_BYTES,
+    DecisionCaches,
     ForwardTarget,
-    ProxyDecisions,
-    RequestLines,
 )
-from gateway.proxy.exchange import ForwardExchange, build_request_head
-from gateway.proxy.forward import UpstreamConnection
-from gateway.proxy.pool import PoolKey, UpstreamPool
+from gateway.proxy.decision.records import DecisionRecords
+from gateway.proxy.forward.exchange import ForwardExchange, build_request_head
+from gateway.proxy.forward.kept_decision import KeptDecision
+from gateway.proxy.forward.pool import UpstreamPool
+from gateway.proxy.forward.upstream import UpstreamConnection
 from gateway.tasks import spawn
 
 _HTTP_LATENCY = metrics.CONNECT_SECONDS.labels("http")
-
-
-class KeptDecision:
-    """A client connection's last decision from cached state, for its next request: the same
-    credential and absolute URI under the same generation get the same principal and target
-    (`EgressCore.still_pinned` checks that the target still holds, as `pin_cached` would). It
-    also keeps what follows from them: the pool keys, the last upstream head and audit lines."""
-
-    __slots__ = (
-        "authorization",
-        "forward",
-        "head",
-        "head_chunked",
-        "head_fields",
-        "head_method",
-        "lines",
-        "lines_method",
-        "pool_keys",
-        "principal",
-        "target",
-        "url",
-    )
-
-    def __init__(
-        self,
-        authorization: bytes | None,
-        url: bytes,
-        principal: Principal,
-        forward: ForwardTarget,
-        target: PinnedTarget,
-        *,
-        pool_keys: tuple[PoolKey, ...],
-    ) -> None:
-        self.authorization = authorization
-        self.url = url
-        self.principal = principal
-        self.forward = forward
-        self.target = target
-        self.pool_keys = pool_keys  # `UpstreamPool.keys_for(principal.name, target)`
-        # The upstream head last built for this URI, and the request's method, forwarded field
-        # lines and chunking it was built from: a request repeating them gets the same bytes
-        # (`build_request_head` is a pure function).
-        self.head = b""
-        self.head_method = b""
-        self.head_fields: bytes | None = None
-        self.head_chunked = False
-        # The audit lines of its last request and that request's method: a request with the
-        # same method (and target) has the same lines (same principal, kind and path: same URI).
-        self.lines: RequestLines | None = None
-        self.lines_method = b""
 
 
 def _upstream_head(exchange: ForwardExchange, forward: ForwardTarget) -> bytes:
@@ -112,14 +63,20 @@ class ForwardDispatcher:
     outbound_kind = "http"
 
     def __init__(
-        self, core: EgressCore, decisions: ProxyDecisions, pool: UpstreamPool, guard: OutboundGuard | None = None
+        self,
+        core: EgressCore,
+        caches: DecisionCaches,
+        records: DecisionRecords,
+        pool: UpstreamPool[UpstreamConnection],
+        guard: OutboundGuard | None = None,
     ) -> None:
         self.core = core
-        self.decisions = decisions
+        self.caches = caches
+        self.records = records
         self.pool = pool
         # The outbound secret scan and placeholder check (issue 26); None: nothing to look for.
         self.guard = guard
-        # The audit lines' `path` of each origin-form target, as `ProxyDecisions` remembers the
+        # The audit lines' `path` of each origin-form target, as `DecisionCaches` remembers the
         # targets themselves (the same bound): decoding and splitting it costs 4 k instructions.
         self._audit_paths: BoundedMemo[bytes, str] = BoundedMemo(MAX_CACHED_TARGETS)
 
@@ -142,11 +99,11 @@ class ForwardDispatcher:
         principal: Principal | None = None
         forward: ForwardTarget | None = None
         try:
-            principal = self.decisions.principal_for(loaded, authorization, client.peer_uid(loaded))
-            forward = self.decisions.forward_target(url)
+            principal = self.caches.principal_for(loaded, authorization, client.peer_uid(loaded))
+            forward = self.caches.forward_target(url)
             target = self.core.pin_cached(principal, forward.host, forward.port, loaded)
         except GatewayError as error:
-            claimed = self.decisions.claimed_principal(authorization) if principal is None else None
+            claimed = self.caches.claimed_principal(authorization) if principal is None else None
             self._deny(exchange, error, loaded, principal, forward, claimed=claimed)
             return
         if self.guard is not None and not self._screen_head(exchange, principal, forward, loaded):
@@ -191,7 +148,7 @@ class ForwardDispatcher:
         if guard.settings_for(policy, principal) is None:
             return True  # no credential held, no `scan:`: nothing to look for (the common case)
         path = forward.origin_form.partition(b"?")[0].decode("latin-1")
-        method = self.decisions.method_name(exchange.method)
+        method = self.caches.method_name(exchange.method)
         facts = OutboundFacts(
             self.outbound_kind, principal.name, self.outbound_scheme, forward.host.name, forward.port, method, path
         )
@@ -272,16 +229,16 @@ class ForwardDispatcher:
         kept = client.kept_decision
         lines = kept.lines if kept is not None else None
         if kept is not None and lines is not None and lines.target is target and kept.lines_method == method:
-            self.decisions.write_allow(lines, client.audit_fields)
+            self.records.write_allow(lines, client.audit_fields)
         else:
             audit_path = self._audit_paths.get(forward.origin_form)
             if audit_path is None:
                 audit_path = self._audit_path(forward.origin_form)
-            lines = self.decisions.record_allow(
+            lines = self.records.record_allow(
                 "http",
                 principal,
                 target,
-                method=self.decisions.method_name(method),
+                method=self.caches.method_name(method),
                 path=audit_path,
                 client=client.audit_fields,
             )
@@ -310,7 +267,7 @@ class ForwardDispatcher:
             forward.host.name,
             forward.port,
             False,
-            self.decisions.method_name(exchange.method),
+            self.caches.method_name(exchange.method),
             forward.origin_form.decode("latin-1"),
             tuple((name.decode("latin-1"), value.decode("latin-1")) for name, value in exchange.headers),
         )
@@ -321,7 +278,7 @@ class ForwardDispatcher:
         if verdict.verdict != "deny":
             return True
         error = verdict.refusal()
-        self.decisions.record_deny(
+        self.records.record_deny(
             "http",
             principal.name,
             forward.host.name,
@@ -336,7 +293,7 @@ class ForwardDispatcher:
         return False
 
     def _audit_path(self, origin_form: bytes) -> str | None:
-        path = self.decisions.audit.http_path(origin_form)
+        path = self.records.audit.http_path(origin_form)
         if path is not None and len(origin_form) <= MAX_CACHED_URL_BYTES:
             self._audit_paths.put(origin_form, path)
         return path
@@ -370,7 +327,7 @@ class ForwardDispatcher:
         *,
         claimed: str | None = None,
     ) -> None:
-        self.decisions.record_deny(
+        self.records.record_deny(
             "http",
             principal.name if principal else None,
             forward.host.name if forward else None,
