@@ -111,6 +111,14 @@ def origins(harness_loop: HarnessLoop, pki: TestPKI, fake_dns: FakeDNS) -> Itera
     factory.stop_all()
 
 
+@pytest.fixture(scope="module")
+def module_origins(harness_loop: HarnessLoop, pki: TestPKI, fake_dns: FakeDNS) -> Iterator[OriginFactory]:
+    """`origins` for origins a whole module shares (with a gateway it shares), stopped after it."""
+    factory = OriginFactory(harness_loop, pki, fake_dns)
+    yield factory
+    factory.stop_all()
+
+
 GatewayFactory = Callable[..., GatewayProcess]
 
 
