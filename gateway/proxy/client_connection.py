@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
-from gateway.observe.audit_fields import connection_fields
+from gateway.observe.audit_fields import connection_fields, connection_fields_with
 from gateway.peer_uid import loopback_peer_uid
 from gateway.policy.inspect_decide import inspects_host
 from gateway.proxy.deadlines.limits import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
@@ -45,6 +45,7 @@ from gateway.proxy.tls.sni import MAX_PEEK_BYTES
 from gateway.proxy.tunnel.opener import TunnelOpener, TunnelRequest
 from gateway.proxy.tunnel.splice import DialedUpstream, Tunnel, UpstreamTunnelProtocol
 from gateway.tasks import spawn
+from gateway.vet.addresses import IPAddress
 
 if TYPE_CHECKING:
     from gateway.egress.connect import PinnedDial
@@ -91,6 +92,10 @@ class ListenerState(Protocol):
     def loop(self) -> asyncio.AbstractEventLoop | None: ...
     @property
     def inspection(self) -> Inspection | None: ...
+    @property
+    def connect_refusal(self) -> str | None:
+        """Why a CONNECT is refused on this listener's connections, or None: served."""
+        ...
 
     def activity_ended(self) -> None: ...
 
@@ -110,6 +115,7 @@ class ClientConnection(asyncio.Protocol):
     """One client connection: parses heads, runs exchanges one at a time, or becomes a tunnel."""
 
     __slots__ = (
+        "_audit_extra",
         "_closed",
         "_connecting",
         "_deadline",
@@ -126,14 +132,25 @@ class ClientConnection(asyncio.Protocol):
         "_tunnel",
         "audit_fields",
         "kept_decision",
+        "original",
         "server",
         "transport",
     )
     # The port a refusal's status line leaves out (an inspected connection's is 443).
     refusal_default_port: ClassVar[int] = PLAIN_HTTP_DEFAULT_PORT
 
-    def __init__(self, server: ListenerState) -> None:
+    def __init__(
+        self,
+        server: ListenerState,
+        *,
+        original: tuple[IPAddress, int] | None = None,
+        audit_extra: Mapping[str, Any] | None = None,
+    ) -> None:
         self.server = server
+        # Where a redirected connection was sent (the transparent listener's plain HTTP), else
+        # None; `audit_extra` joins the client's members on every line (its `original_dst`).
+        self.original = original
+        self._audit_extra = audit_extra
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
         self.audit_fields: dict[str, Any] = {}
         # None once the connection is a tunnel (or refused): its parser's memory is freed.
@@ -187,7 +204,10 @@ class ClientConnection(asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without subclassing it (no typing.cast:
         # it is a Python call on every connection).
         self.transport = transport  # type: ignore[assignment]
-        self.audit_fields = connection_fields(transport.get_extra_info("peername"))
+        fields = connection_fields(transport.get_extra_info("peername"))
+        if self._audit_extra:
+            fields = connection_fields_with(fields, **self._audit_extra)
+        self.audit_fields = fields
         self.server.connections.add(self)
         self._limits.accepted(time.monotonic(), self.server.core.policy.current.policy.proxy.head_timeout_s)
         self._deadline.set_at(self._limits.at)
@@ -378,6 +398,10 @@ class ClientConnection(asyncio.Protocol):
         self._deadline.set_at(self._limits.at)
 
     def _begin_connect(self, head: ConnectHead) -> None:
+        refusal = self.server.connect_refusal
+        if refusal is not None:
+            self._refuse(GatewayError(ErrorCode.INVALID_INPUT, refusal))
+            return
         opener = self.server.tunnels
         self._framing = None  # a tunnel never parses HTTP again; free the parser's memory
         try:

@@ -38,6 +38,9 @@ DRAIN_POLL_S = 0.05
 class ProxyServer:
     """The listener and the state shared by its connections: decisions, pool, tunnels."""
 
+    # `ListenerState.connect_refusal`: the forward proxy serves CONNECT.
+    connect_refusal: str | None = None
+
     def __init__(self, core: EgressCore, audit: AuditLog, guard: OutboundGuard | None = None) -> None:
         self.core = core
         self.audit = audit

@@ -13,6 +13,7 @@ Never writes to the client itself: refusals and failures go back through the exc
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 from gateway.credentials.guard import OutboundGuard, content_encoding
 from gateway.credentials.screen import RequestFacts as OutboundFacts
@@ -54,6 +55,25 @@ def _upstream_head(exchange: ForwardExchange, forward: ForwardTarget) -> bytes:
     return kept.head
 
 
+class ForwardSurface(Protocol):
+    """How a listener's plain-HTTP requests differ from the forward proxy's, as Smokescreen's
+    `Decider` keeps its callers apart: who is asking (the transparent listener: the port's
+    principal, never a Proxy-Authorization), the request target (an origin-form target made
+    absolute from its Host), and what destination means (`destination: strict`). The forward
+    proxy has none (`ForwardDispatcher(surface=None)`): credentials, absolute URIs, the egress
+    core's decision as it is."""
+
+    def principal_for(self, loaded: LoadedPolicy) -> Principal: ...
+
+    def request_url(self, exchange: ForwardExchange) -> bytes:
+        """The absolute URI to decide; raises a `GatewayError` (already recorded) to refuse."""
+        ...
+
+    def destination(self, loaded: LoadedPolicy, target: PinnedTarget, exchange: ForwardExchange) -> PinnedTarget:
+        """The target to send to for the egress core's decision; raises a `GatewayError` to refuse."""
+        ...
+
+
 class ForwardDispatcher:
     """Shared by every client connection of a listener: the decision and the upstream choice."""
 
@@ -69,8 +89,11 @@ class ForwardDispatcher:
         records: DecisionRecords,
         pool: UpstreamPool[UpstreamConnection],
         guard: OutboundGuard | None = None,
+        *,
+        surface: ForwardSurface | None = None,
     ) -> None:
         self.core = core
+        self.surface = surface
         self.caches = caches
         self.records = records
         self.pool = pool
@@ -82,6 +105,13 @@ class ForwardDispatcher:
 
     def start(self, exchange: ForwardExchange) -> None:
         """Decide and send: synchronously when no DNS query is needed, else in an owned task."""
+        surface = self.surface
+        if surface is not None:
+            try:
+                exchange.url = surface.request_url(exchange)
+            except GatewayError as error:
+                exchange.client.refuse_exchange(exchange, error)
+                return
         authorization, url, client = exchange.authorization, exchange.url, exchange.client
         loaded = self.core.policy.current
         kept = client.kept_decision
@@ -99,7 +129,11 @@ class ForwardDispatcher:
         principal: Principal | None = None
         forward: ForwardTarget | None = None
         try:
-            principal = self.caches.principal_for(loaded, authorization, client.peer_uid(loaded))
+            principal = (
+                self.caches.principal_for(loaded, authorization, client.peer_uid(loaded))
+                if surface is None
+                else surface.principal_for(loaded)
+            )
             forward = self.caches.forward_target(url)
             target = self.core.pin_cached(principal, forward.host, forward.port, loaded)
         except GatewayError as error:
@@ -179,6 +213,13 @@ class ForwardDispatcher:
         target: PinnedTarget,
         loaded: LoadedPolicy,
     ) -> None:
+        surface = self.surface
+        if surface is not None:
+            try:
+                target = surface.destination(loaded, target, exchange)
+            except GatewayError as error:
+                self._deny(exchange, error, loaded, principal, forward)
+                return
         if (principal.inspect or loaded.policy.defaults.inspect) and not self.judge_plain(
             exchange, principal, forward, loaded
         ):

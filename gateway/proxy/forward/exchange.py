@@ -25,6 +25,7 @@ from gateway.policy.model import LoadedPolicy, Principal, ProxySettings
 from gateway.proxy.forward.pool import PoolKey
 from gateway.proxy.http1.request_head import request_fields
 from gateway.proxy.http1.response_framing import ResponseFraming
+from gateway.vet.addresses import IPAddress
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -64,6 +65,8 @@ class ClientSide(Protocol):
     audit_fields: dict[str, Any]
     # Its last request's decision, which the dispatcher may reuse for the next (`KeptDecision`).
     kept_decision: KeptDecision | None
+    # Where a redirected connection was sent (the transparent listener's), else None.
+    original: tuple[IPAddress, int] | None
 
     @property
     def closed(self) -> bool: ...
