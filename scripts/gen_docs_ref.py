@@ -332,7 +332,7 @@ ERROR_MEANINGS: dict[str, str] = {
     "host_mismatch": "an inspected request's `Host` or absolute authority is not the name its TLS connection "
     "was decided on (domain fronting)",
     "inspection_unsupported": "an inspected host was asked for a protocol interception does not speak "
-    "(an HTTP/2-only ALPN)",
+    "(an HTTP/2-only ALPN, an upgrade request with a body)",
     "tls_untrusted": "the agent refused the gateway's certificate for an inspected host (the interception CA "
     "is not trusted)",
     "credential_misuse": "a credential placeholder outside its binding (URL, header, body window, `web_fetch` URL, "
@@ -481,6 +481,10 @@ AUDIT_FIELDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("qtype", "answers"): ("dns lines", "the query type and the number of answer records passed back"),
     ("duration_s",): ("tool and close lines", "time to answer / tunnel lifetime"),
     ("bytes_up", "bytes_down", "close_reason"): ("close lines", "bytes each way and why it closed"),
+    ("upgrade",): (
+        "inspect close lines of an upgrade request",
+        "the protocol asked for (`websocket`); with `status` 101 the bytes count the relay's whole life",
+    ),
     ("provider", "results", "attempts"): (
         "search",
         "the engine that answered, result count, each attempt's engine/tier/outcome/ms (never the query)",

@@ -22,10 +22,12 @@ from gateway.errors import GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.policy.model import Policy, Principal, ScanSettings
-from gateway.scan.scanner import BODY, DNS, QUERY, URL, BodyScan, Finding, Scanner
+from gateway.scan.scanner import QUERY, URL, BodyScan, Finding, Scanner
 
 
 class OutboundGuard:
+    """Scan, judge, audit: the one object every surface asks about an outbound request."""
+
     def __init__(self, store: SecretStore, audit: AuditLog) -> None:
         self.store = store
         self.audit = audit
@@ -204,6 +206,3 @@ def content_encoding(fields: bytes) -> str | None:
         return None
     end = lowered.find(b"\r", at + 1)
     return lowered[at + 18 : end if end >= 0 else None].strip().decode("latin-1")
-
-
-__all__ = ["BODY", "DNS", "BodyGuard", "OutboundGuard", "RequestFacts"]

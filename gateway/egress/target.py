@@ -128,7 +128,10 @@ class EgressCore:
                 # The policy allowed the name; the line of the failure names the rule that did.
                 if error.rule is None and error.code == ErrorCode.DNS_FAILURE:
                     error.rule, error.rule_pattern = verdict.rule, verdict.rule_pattern
-                raise _about(error, host, port) from None
+                # One lookup's error is raised to every request waiting on it, whatever its port:
+                # each names its own destination as it raises.
+                error.destination = (host.name, port)
+                raise
             dns_s = resolution.duration_s
             # Only real lookups are timed: a cache hit would pile zeros into the DNS histogram.
             if self._on_dns and not resolution.cached:

@@ -40,7 +40,14 @@ from gateway.proxy.decision.records import DecisionRecords
 from gateway.proxy.forward.dispatch import ForwardDispatcher
 from gateway.proxy.forward.exchange import NOT_PAUSED, ForwardExchange, PauseReason
 from gateway.proxy.http1.heads import error_response
-from gateway.proxy.http1.request_framing import ConnectHead, RequestBody, RequestEnd, RequestFraming
+from gateway.proxy.http1.request_framing import (
+    UPGRADE_REFUSED,
+    ConnectHead,
+    RequestBody,
+    RequestEnd,
+    RequestFraming,
+    UpgradeHead,
+)
 from gateway.proxy.tls.sni import MAX_PEEK_BYTES
 from gateway.proxy.tunnel.opener import TunnelOpener, TunnelRequest
 from gateway.proxy.tunnel.splice import DialedUpstream, Tunnel, UpstreamTunnelProtocol
@@ -67,6 +74,10 @@ class Inspection(Protocol):
         audit_fields: Mapping[str, Any],
         preface: bytes = b"",
     ) -> None: ...
+
+    def begin_drain(self) -> None: ...
+
+    def has_busy_connections(self) -> bool: ...
 
     def close(self) -> None: ...
 
@@ -212,7 +223,7 @@ class ClientConnection(asyncio.Protocol):
         self._limits.accepted(time.monotonic(), self.server.core.policy.current.policy.proxy.head_timeout_s)
         self._deadline.set_at(self._limits.at)
 
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes) -> None:  # noqa: PLR0912  (one inline loop: the hot path)
         if self._tunnel is not None:
             self._tunnel.from_client(data)
             return
@@ -245,6 +256,10 @@ class ClientConnection(asyncio.Protocol):
                 # comes, `_timeout` finds nothing due and moves it on.
                 self._limits.request_started()
                 self._begin_connect(event)
+            elif isinstance(event, UpgradeHead):
+                self._limits.request_started()
+                self._begin_upgrade(event)
+                return
             else:
                 self._refuse(event.error)
                 return
@@ -429,6 +444,11 @@ class ClientConnection(asyncio.Protocol):
             spawn(self._resolve_then_dial(request), name="proxy-connect", loop=self.server.loop)
             return
         self._dial_upstream(request)
+
+    def _begin_upgrade(self, head: UpgradeHead) -> None:
+        """An upgrade request (only a framing made with `upgrades=True` emits one: an inspected
+        connection's, which overrides this)."""
+        self._refuse(GatewayError(ErrorCode.INVALID_INPUT, UPGRADE_REFUSED))
 
     # inspection (issue 25) ---------------------------------------------------------------------
     def _begin_inspection(self, request: TunnelRequest, early: bytes) -> None:

@@ -43,9 +43,12 @@ from gateway.proxy.forward.dispatch import ForwardDispatcher
 from gateway.proxy.forward.exchange import ForwardExchange
 from gateway.proxy.forward.pool import UpstreamPool
 from gateway.proxy.forward.upstream import UpstreamConnection
-from gateway.proxy.http1.request_framing import UPGRADE_REFUSED, ConnectHead, RequestFraming
+from gateway.proxy.http1.heads import error_response
+from gateway.proxy.http1.request_framing import UPGRADE_REFUSED, ConnectHead, RequestFraming, UpgradeHead
+from gateway.proxy.inspected_upgrade import RelayOutcome, UpgradeRelay, upstream_upgrade_head
 from gateway.proxy.server import ProxyServer
 from gateway.proxy.tls.sni import PeekStatus, peek_client_hello
+from gateway.tasks import spawn
 
 log = logging.getLogger("egress_gateway.inspect")
 
@@ -252,30 +255,178 @@ class InspectDispatcher(ForwardDispatcher):
 class InspectedClient(ClientConnection):
     """The proxy's client connection over the decrypted stream of one inspected connection."""
 
-    __slots__ = ("host", "port", "principal_name")
+    __slots__ = ("_relay", "host", "port", "principal_name")
     # Requests arrive inside TLS: 443 is the port a refusal's status line leaves out.
     refusal_default_port = 443
 
     def __init__(self, server: ProxyServer, principal_name: str, host: str, port: int) -> None:
         super().__init__(server)
-        self._framing = RequestFraming(InspectExchange)
+        # Upgrades come out as events: judged by the rules, then relayed (`_begin_upgrade`).
+        self._framing = RequestFraming(InspectExchange, upgrades=True)
         self.principal_name = principal_name
         self.host = host
         self.port = port
+        self._relay: UpgradeRelay | None = None
 
     def _begin_connect(self, head: ConnectHead) -> None:
         self._refuse(GatewayError(ErrorCode.INVALID_INPUT, "CONNECT is not accepted inside an inspected connection"))
 
     def _refuse(self, error: GatewayError) -> None:
         if error.message == UPGRADE_REFUSED:
-            # Said plainly: relaying a WebSocket (or any upgrade) out of a terminated connection
-            # is not built yet, and "use CONNECT" means nothing inside one.
+            # Only an upgrade with a body gets here (a WebSocket handshake has none).
             error = GatewayError(
                 ErrorCode.INSPECTION_UNSUPPORTED,
-                f"{self.host} is inspected and upgrades (WebSocket) are not relayed from inspected "
-                "connections yet; leave the host out of inspect to reach it",
+                f"{self.host} is inspected and only bodiless upgrade requests (WebSocket) are relayed",
             )
         super()._refuse(error)
+
+    # upgrades (WebSocket) -------------------------------------------------------------------------
+    def _begin_upgrade(self, head: UpgradeHead) -> None:
+        """Judge the upgrade request by the rules; if allowed, relay it on a pinned TLS upstream."""
+        self._framing = None  # whatever follows is the upgraded protocol's, or nothing
+        server = self.server
+        assert isinstance(server, InspectServer)
+        loaded = server.core.policy.current
+        method = head.method.decode("latin-1")
+        url = head.url.decode("latin-1")
+        path = url.partition("?")[0]
+        try:
+            if self.busy:
+                raise GatewayError(
+                    ErrorCode.INSPECTION_UNSUPPORTED, "an upgrade pipelined behind another request is not relayed"
+                )
+            principal = server.caches.principal_for(loaded, self.principal_name.encode())
+            lines = head.head.split(b"\r\n")[1:]
+            headers = tuple(
+                (name.decode("latin-1").strip(), value.decode("latin-1").strip())
+                for name, _, value in (line.partition(b":") for line in lines if line)
+            )
+            request = InspectedRequest(self.host, self.port, True, method, url, headers, b"")
+            judgement = judge_inspected_request(loaded.policy, principal, request)
+            path = judgement.verdict.path
+            if judgement.verdict.verdict == "deny":
+                raise judgement.verdict.refusal()
+        except GatewayError as error:
+            metrics.INSPECTED_REQUESTS.labels("deny", str(error.code)).inc()
+            server.records.record_deny(
+                KIND,
+                self.principal_name,
+                self.host,
+                self.port,
+                error=error,
+                generation=loaded.generation,
+                client=self.audit_fields,
+                method=method,
+                path=path,
+            )
+            self._answer_and_close(error, self.refusal_default_port)
+            return
+        upgrade = next((value for name, value in headers if name.lower() == "upgrade"), "")[:32].lower()
+        verdict = judgement.verdict
+        proxy = loaded.policy.proxy
+
+        def closed(outcome: RelayOutcome) -> None:
+            decision = verdict.verdict if verdict.verdict != "uninspected" else "allow"
+            metrics.INSPECTED_REQUESTS.labels(decision, "none").inc()
+            server.audit.write(
+                "close",
+                kind=KIND,
+                principal=self.principal_name,
+                host=self.host,
+                port=self.port,
+                address=outcome.address or None,
+                method=method,
+                path=path,
+                status=outcome.status,
+                upgrade=upgrade or None,
+                bytes_up=outcome.bytes_up,
+                bytes_down=outcome.bytes_down,
+                duration_s=round(outcome.duration_s, 6),
+                decision=decision,
+                rule=verdict.rule,
+                close_reason=outcome.reason,
+                outcome=outcome_for_close(outcome.reason),
+                generation=loaded.generation,
+                **self.audit_fields,
+            )
+            server.activity_ended()  # wakes a drain waiting for this relay
+
+        relay = self._relay = UpgradeRelay(
+            self.transport,
+            upstream_upgrade_head(head.head, judgement.origin_form.encode()),
+            idle_timeout_s=proxy.idle_timeout_s,
+            lifetime_s=proxy.max_tunnel_lifetime_s,
+            on_close=closed,
+        )
+        if head.rest:
+            relay.from_client(head.rest)
+        spawn(self._dial_upgrade(relay, principal, loaded), name="inspect-upgrade", loop=server.loop)
+
+    async def _dial_upgrade(self, relay: UpgradeRelay, principal: Principal, loaded: LoadedPolicy) -> None:
+        server = self.server
+        assert isinstance(server, InspectServer)
+        dispatcher = server.dispatcher
+        assert isinstance(dispatcher, InspectDispatcher)
+        try:
+            forward = server.caches.forward_target(b"https://%b:%d/" % (self.host.encode("ascii"), self.port))
+            target = await server.core.pin(principal, forward.host, forward.port, loaded=loaded)
+            context = await dispatcher.trust.context()
+            _, _, address = await open_pinned_connection(
+                target, lambda: relay, timeout_s=loaded.policy.proxy.connect_timeout_s, tls=context
+            )
+        except GatewayError as error:
+            if not self.closed and not relay.closed:
+                self.transport.write(
+                    error_response(
+                        error,
+                        keep_alive=False,
+                        conn=self.audit_fields.get("conn"),
+                        default_port=self.refusal_default_port,
+                    )
+                )
+            relay.close(str(error.code))
+            return
+        relay.address = address
+        if self.closed:
+            relay.close("client_gone")
+
+    @property
+    def busy(self) -> bool:
+        relay = self._relay
+        return (relay is not None and not relay.closed) or super().busy
+
+    def abort(self, reason: str) -> None:
+        if self._relay is not None:
+            self._relay.close(reason)  # its close line says why (`shutdown` at the drain's end)
+        super().abort(reason)
+
+    def data_received(self, data: bytes) -> None:
+        if self._relay is not None:
+            self._relay.from_client(data)
+            return
+        super().data_received(data)
+
+    def eof_received(self) -> bool | None:
+        if self._relay is not None:
+            return None  # TLS has no half-close: the relay ends with the connection
+        return super().eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._relay is not None:
+            self._relay.close("client_reset" if exc is not None else "client_closed")
+        super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self._relay is not None:
+            self._relay.client_paused_writing()
+            return
+        super().pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._relay is not None:
+            self._relay.client_resumed_writing()
+            return
+        super().resume_writing()
 
 
 class InspectServer(ProxyServer):
@@ -283,6 +434,7 @@ class InspectServer(ProxyServer):
     inspect decisions and dispatcher and a pool of TLS upstreams of its own."""
 
     def __init__(self, proxy: ProxyServer, trust: TlsTrust) -> None:
+        self.proxy = proxy
         self.core = proxy.core
         self.audit = proxy.audit
         self.wheel = proxy.wheel
@@ -300,6 +452,11 @@ class InspectServer(ProxyServer):
         self._quiet = asyncio.Event()
         self.loop = proxy.loop
         self.inspection = None
+
+    def activity_ended(self) -> None:
+        # The proxy's drain waits for inspected connections too: an exchange or relay ending
+        # here wakes it.
+        self.proxy.activity_ended()
 
 
 class TlsBridge(asyncio.Protocol):
@@ -481,9 +638,19 @@ class InspectService:
             client=audit_fields,
         )
 
+    def begin_drain(self) -> None:
+        """SIGTERM: kept-alive inspected connections between requests close now; the others
+        finish their request (or WebSocket relay) within the drain's grace, then close."""
+        self.server.draining = True
+        for conn in list(self.server.connections):
+            conn.close_if_idle()
+
+    def has_busy_connections(self) -> bool:
+        return any(conn.busy for conn in self.server.connections)
+
     def close(self) -> None:
-        """Shutdown: inspected connections end with the listener's (their requests are the
-        forward proxy's, so what the drain let finish has finished)."""
+        """Shutdown: inspected connections end with the listener's (the drain waited for them
+        up to its grace)."""
         for conn in list(self.server.connections):
             conn.abort("shutdown")
         self.server.pool.close()

@@ -81,8 +81,13 @@ class ProxyServer:
             self._server.close()
         for conn in list(self.connections):
             conn.close_if_idle()
+        inspection = self.inspection
+        if inspection is not None:
+            # Inspected connections (requests in flight, WebSocket relays) are waited for like
+            # tunnels; idle kept-alive ones close now.
+            inspection.begin_drain()
         deadline = time.monotonic() + grace_s
-        while any(c.busy for c in self.connections):
+        while any(c.busy for c in self.connections) or (inspection is not None and inspection.has_busy_connections()):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break

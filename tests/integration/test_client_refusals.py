@@ -30,6 +30,7 @@ from tests.harness.origins import Origin, OriginFactory
 NPM_HOST = "registry.npm-test.example"
 PYPI_HOST = "pypi.pip-test.example"
 DENIED_HOST = "registry.denied-test.example"
+MISSING_HOST = "missing.npm-test.example"  # allowed, but the fake DNS has no such name
 PACKAGE = "demo-pkg"
 CLIENT_TIMEOUT_S = 60
 
@@ -108,7 +109,7 @@ def registry(origins: OriginFactory) -> Origin:
 
 @pytest.fixture
 def gateway(gateway_factory: GatewayFactory, registry: Origin) -> GatewayProcess:
-    principals = {"default": {"egress": {"allow_domains": [NPM_HOST, PYPI_HOST]}}}
+    principals = {"default": {"egress": {"allow_domains": [NPM_HOST, PYPI_HOST, MISSING_HOST]}}}
     policy = policy_document(allow_cidrs=[registry.cidr], ports=[443, registry.port], principals=principals)
     return gateway_factory(policy)
 
@@ -217,3 +218,16 @@ def test_curl_prints_the_body_for_plain_http_and_the_status_line_with_v(
     assert "CONNECT tunnel failed, response 403" in tunnel.stderr
     verbose = _curl(gateway, pki, tmp_path, "-v", f"https://{DENIED_HOST}/")
     assert f"< HTTP/1.1 403 Forbidden (egress: policy_denied {DENIED_HOST})" in verbose.stderr
+
+
+def test_a_name_that_does_not_exist_is_named_and_not_to_be_retried(
+    gateway: GatewayProcess, registry: Origin, pki: TestPKI, tmp_path: Path
+) -> None:
+    verbose = _curl(gateway, pki, tmp_path, "-v", f"https://{MISSING_HOST}:{registry.port}/")
+    assert f"< HTTP/1.1 502 Bad Gateway (egress: dns_failure {MISSING_HOST}:{registry.port})" in verbose.stderr
+    plain = _curl(gateway, pki, tmp_path, f"http://{MISSING_HOST}:{registry.port}/")
+    body = json.loads(plain.stdout)
+    assert body["egress"]["code"] == "dns_failure"
+    assert "NXDOMAIN" in body["egress"]["message"]
+    assert body["egress"]["retryable"] is False
+    assert "check the host name" in body["error"]

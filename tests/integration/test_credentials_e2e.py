@@ -311,8 +311,10 @@ def test_each_tier_on_each_surface(setup: Setup, surface: str, tier: int) -> Non
         assert status == 403
         setup.assert_canary_untouched()
     else:
-        assert status in (200, 502)  # a fetch of the JSON echo is content; search finds no engine
-    lines = setup.gateway.wait_audit(lambda ls: any(line["event"] == "security" for line in ls))
+        # Reported, not refused: a fetch of the JSON echo is content, a search finds no engine
+        # reachable here (502/503/504 under load), never the scanner's 403.
+        assert status != 403
+    lines = setup.gateway.wait_audit(lambda ls: any(line["event"] == "security" for line in ls), timeout_s=15)
     security = [line for line in lines if line["event"] == "security"]
     rules = {finding["rule"] for line in security for finding in line["findings"]}
     assert ("tier2.aws_access_key_id" if tier == 2 else "tier3.gitlab_token") in rules
@@ -323,7 +325,7 @@ def test_each_tier_on_each_surface(setup: Setup, surface: str, tier: int) -> Non
 def _send_on(setup: Setup, surface: str, token: str, target: Any) -> int:
     quoted = f'"{token}"'
     if surface in ("fetch-url", "search"):
-        with httpx.Client(base_url=setup.gateway.api_url, timeout=15) as client:
+        with httpx.Client(base_url=setup.gateway.api_url, timeout=40) as client:
             if surface == "fetch-url":
                 return client.post("/v1/fetch", json={"url": target(f"/doc?k={token}")}).status_code
             return client.post("/v1/search", json={"query": f"key {quoted}"}).status_code

@@ -331,22 +331,6 @@ def test_plain_http_to_an_inspected_host_is_judged_by_the_same_rules(
     assert any(x.get("rule") == "inspect[0].default_deny" and x.get("method") == "POST" for x in lines)
 
 
-def test_a_websocket_upgrade_inside_an_inspected_connection_is_refused_plainly(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
-) -> None:
-    gateway = inspecting_gateway(_policy(api_origin))
-    with _tls_through(gateway, interception_ca, api_origin) as tls:
-        tls.sendall(
-            f"GET /socket HTTP/1.1\r\nHost: {API}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-            "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n".encode()
-        )
-        answer = _read_response(tls)
-    assert answer.startswith(b"HTTP/1.1 501"), answer
-    assert b"X-Egress-Code: inspection_unsupported" in answer
-    lines = gateway.wait_audit(lambda ls: any(x.get("code") == "inspection_unsupported" for x in ls))
-    assert any(x.get("kind") == "inspect" and x.get("code") == "inspection_unsupported" for x in lines)
-
-
 def test_a_second_client_hello_after_hello_retry_naming_another_host_is_refused(
     inspecting_gateway: GatewayFactory, api_origin: Origin
 ) -> None:

@@ -1,6 +1,8 @@
 """Plain HTTP dispatch: decide one absolute-URI request and put it on an upstream connection.
 
-Owns the step between a parsed request head and `UpstreamConnection.start`: the decision through
+Owns the step between a parsed request head and `UpstreamConnection.start`: the outbound screen
+(`credentials.guard`: URL, header fields and a held body window scanned, a bound credential
+injected inside inspected TLS, issue 26), the decision through
 `DecisionCaches` and the egress core (synchronous when `EgressCore.pin_cached` can decide, so a
 keep-alive request costs no task; an owned task awaiting `EgressCore.pin` on a DNS cache miss),
 the decision record, the rewritten upstream head, a pooled connection or a fresh pinned dial,

@@ -2,7 +2,8 @@
 
 Owns the state of one plain-HTTP exchange (`ForwardExchange`): the request's framing and
 keep-alive intent as parsed, its body on the way upstream (held, bounded, until a connection
-exists), the retry rule of an idempotent request, and the decision it was allowed under; the
+exists, or until the outbound scan's window is read: `body_guard`, issue 26), the retry rule of
+an idempotent request, and the decision it was allowed under; the
 `ClientSide` interface the upstream half calls back through; the reasons client reading is paused
 (`PauseReason`); and `build_request_head`, the rewritten head the upstream sees (origin-form
 target, Host from the URI, the end-to-end field lines `http1/request_head.py` read from the client's

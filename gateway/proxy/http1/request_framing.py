@@ -75,6 +75,18 @@ class ConnectHead:
     rest: bytes
 
 
+@dataclass(slots=True)
+class UpgradeHead:
+    """A bodiless request asking for a protocol upgrade (WebSocket), from a framing made with
+    `upgrades=True` (inside an inspected connection); `rest` is the bytes read after its head,
+    which belong to the upgraded protocol, not to HTTP."""
+
+    method: bytes
+    url: bytes
+    head: bytes
+    rest: bytes
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """The stream cannot be served: answer `error` once and close (it is out of sync)."""
@@ -86,7 +98,7 @@ UPGRADE_REFUSED = "protocol upgrades are not proxied; use CONNECT"
 # llhttp ended a message where the framing did not cut it (never for bytes llhttp accepts).
 OUT_OF_STEP = "malformed request: the message framing could not be followed"
 # `Union`: a generic alias (`RequestEvent[ForwardExchange]`), which `|` cannot spell with a TypeVar.
-RequestEvent = Union[H, RequestBody, RequestEnd, ConnectHead, Refusal]  # noqa: UP007
+RequestEvent = Union[H, RequestBody, RequestEnd, ConnectHead, UpgradeHead, Refusal]  # noqa: UP007
 _END = RequestEnd()
 HEAD_END = b"\r\n\r\n"
 
@@ -114,11 +126,17 @@ class RequestFraming(Generic[H]):
         "_parser",
         "_preface",
         "_refusal",
+        "_upgrade",
+        "_upgrades",
         "done",
     )
 
-    def __init__(self, new_head: HeadFactory[H]) -> None:
+    def __init__(self, new_head: HeadFactory[H], *, upgrades: bool = False) -> None:
         self._new_head = new_head
+        # Upgrades become `UpgradeHead` events instead of refusals (an inspected connection
+        # judges and relays them; the forward proxy refuses them: "use CONNECT").
+        self._upgrades = upgrades
+        self._upgrade: UpgradeHead | None = None
         # Neither `on_url` nor `on_header` (nor `on_message_begin`) is defined, so httptools
         # installs no callback for them: llhttp calls Python once per head and once per message.
         self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
@@ -188,7 +206,11 @@ class RequestFraming(Generic[H]):
         except httptools.HttpParserUpgrade:
             self._finish()
             connect = self._connect
-            if connect is None:
+            upgrade = self._upgrade
+            if upgrade is not None:
+                upgrade.rest = data  # the bytes after its head
+                events.append(upgrade)
+            elif connect is None:
                 events.append(Refusal(GatewayError(ErrorCode.INVALID_INPUT, UPGRADE_REFUSED)))
             else:
                 connect.rest = data  # the bytes after its head
@@ -343,7 +365,11 @@ class RequestFraming(Generic[H]):
             # Refused at its head, not once llhttp reaches the message's end: by then the head
             # event would have started the exchange, and a pooled upstream could see the request.
             # (llhttp reads `Proxy-Connection: upgrade` as a Connection field too.)
-            self._refuse(GatewayError(ErrorCode.INVALID_INPUT, UPGRADE_REFUSED))
+            if not self._upgrades or chunked or content_length(head):
+                # An upgrade carrying a body is not a WebSocket handshake: refused as before.
+                self._refuse(GatewayError(ErrorCode.INVALID_INPUT, UPGRADE_REFUSED))
+            self._upgrade = UpgradeHead(method, url, head, b"")
+            return  # httptools raises HttpParserUpgrade at the message's end
         if chunked:
             self._chunks = ChunkedBodyEnd()
         http10 = version == b"HTTP/1.0"
@@ -358,7 +384,7 @@ class RequestFraming(Generic[H]):
     def on_message_complete(self) -> None:
         self._in_head = True
         self._chunks = None
-        if self._connect is not None:
+        if self._connect is not None or self._upgrade is not None:
             return  # no HTTP message follows: `feed` hands the rest to the tunnel
         parser = self._parser
         assert parser is not None  # callbacks run inside feed_data
