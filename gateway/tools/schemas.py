@@ -259,11 +259,6 @@ def spec_for(tool: Tool) -> ToolSpec:
     return next(spec for spec in TOOL_SPECS if spec.tool == tool)
 
 
-def spec_named(name: str) -> ToolSpec | None:
-    """The tool an MCP name (web_fetch) or a /v1 name (fetch) stands for."""
-    return next((spec for spec in TOOL_SPECS if name in (spec.name, spec.tool)), None)
-
-
 def argument_names(tool: Tool) -> frozenset[str]:
     return frozenset(spec_for(tool).arguments["properties"])
 

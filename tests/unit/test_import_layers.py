@@ -244,7 +244,8 @@ def proxy_folder(module: str) -> str | None:
     pieces = module.split(".")
     if pieces[:2] != ["gateway", "proxy"]:
         return None
-    return pieces[2] if len(pieces) > 3 else ""
+    # gateway.proxy.<folder>[.<module>] (a folder's own __init__ is in it), else a root module.
+    return pieces[2] if len(pieces) > 2 and (PACKAGE / "proxy" / pieces[2]).is_dir() else ""
 
 
 def test_every_proxy_module_is_in_a_ranked_folder() -> None:

@@ -203,30 +203,6 @@ def _named_by_values(values: list[bytes]) -> frozenset[bytes]:
     return frozenset(tokens)
 
 
-# A field name this short has its role remembered (`FieldRoles`).
-MAX_REMEMBERED_FIELD_NAME_BYTES = 64
-MAX_REMEMBERED_FIELD_NAMES = 1024
-
-
-class FieldRoles(BoundedMemo[bytes, int]):
-    """What each field name means to a framing (a small int of the framing's own), remembered per
-    name as sent: the bytes alone decide it, and lower-casing and classifying a name per field of
-    every head cost more than a lookup. A miss asks `learn`. Bounded: only short names are
-    remembered, and the memo starts over when full."""
-
-    __slots__ = ("_classify",)
-
-    def __init__(self, classify: Callable[[bytes], int]) -> None:
-        super().__init__(MAX_REMEMBERED_FIELD_NAMES)
-        self._classify = classify
-
-    def learn(self, name: bytes) -> int:
-        role = self._classify(name)
-        if len(name) <= MAX_REMEMBERED_FIELD_NAME_BYTES:
-            self.put(name, role)
-        return role
-
-
 def proxy_status(error: GatewayError) -> int:
     """The status the proxy answers `error` with (`errors.status_for`, the table both listeners share)."""
     return error.status_on("proxy")
