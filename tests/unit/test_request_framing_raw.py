@@ -18,6 +18,7 @@ from gateway.proxy.http1 import request_framing
 from gateway.proxy.http1.chunked_end import ChunkedBodyEnd
 from gateway.proxy.http1.heads import MAX_HEAD_BYTES, MAX_HEADERS, MAX_URL_BYTES, named_by_connection
 from gateway.proxy.http1.request_framing import (
+    NO_VERSION,
     OUT_OF_STEP,
     ConnectHead,
     Refusal,
@@ -106,14 +107,20 @@ def test_a_connect_split_in_its_head_hands_the_rest_of_the_last_read_to_the_tunn
     [
         b"GET http://a/ HTTP/1.1",
         b"GET  http://a/  HTTP/1.1",
-        b"GET http://a/",  # HTTP/0.9: no version
-        b"GET  http://a/",
     ],
 )
 def test_the_target_is_cut_from_any_request_line_llhttp_accepts(line: bytes) -> None:
     head = events_of(line + b"\r\n\r\n")[0]
     assert isinstance(head, RequestHead)
     assert (head.method, head.url, head.http10) == (b"GET", b"http://a/", False)
+
+
+@pytest.mark.parametrize("line", [b"GET http://a/", b"GET  http://a/", b"GET http://a/--HTTP/1.1"])
+def test_a_request_line_without_a_version_is_refused(line: bytes) -> None:
+    # llhttp reads these as HTTP/0.9; h11 refuses them (tests/unit/test_framing_property.py).
+    refusal = events_of(line + b"\r\nHost: a\r\n\r\n")[-1]
+    assert isinstance(refusal, Refusal)
+    assert refusal.error.message == NO_VERSION
 
 
 def test_an_empty_proxy_authorization_is_a_credential_and_a_second_one_is_refused() -> None:

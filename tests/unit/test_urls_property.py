@@ -6,15 +6,19 @@ log, match and connect to is the one we vetted. Bounded `max_examples` keep the 
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, example, given, settings
+import ipaddress
+from urllib.parse import urlsplit
+
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.vet.urls import VettedHost, VettedUrl, vet_host, vet_url
+from gateway.vet.urls import DEFAULT_PORTS, VettedHost, VettedUrl, refused_name_reason, vet_host, vet_url
+from tests.harness.fuzz import examples
 
 # Every port allowed, so that acceptance depends only on the URL's shape.
 ALL_PORTS = range(65536)
-FAST = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = examples(300)
 
 
 def vet_or_none(raw: str) -> VettedUrl | None:
@@ -125,3 +129,80 @@ def test_every_decimal_ipv4_spelling_is_read_as_that_address(number: int) -> Non
 def test_every_overflowing_decimal_ipv4_is_refused(number: int) -> None:
     assert host_or_none(str(number)) is None
     assert host_or_none(hex(number)) is None
+
+
+def assert_a_plain_parser_reads_the_vetted_url_alike(vetted: VettedUrl) -> None:
+    """urllib.parse and ipaddress, reading the canonical URL, find the scheme, host, port and
+    target the guard vetted: nothing downstream can read another destination into it."""
+    parts = urlsplit(vetted.url)
+    assert parts.scheme == vetted.scheme
+    assert parts.username is None
+    assert parts.password is None
+    assert (DEFAULT_PORTS[vetted.scheme] if parts.port is None else parts.port) == vetted.port
+    assert parts.hostname is not None
+    if vetted.host.ip is not None:
+        assert ipaddress.ip_address(parts.hostname) == vetted.host.ip
+    else:
+        assert parts.hostname == vetted.host.name
+        assert not _is_ip_literal(parts.hostname)
+    assert (parts.path or "/") + (f"?{parts.query}" if parts.query else "") == vetted.target
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+@FAST
+@given(st.one_of(urls, st.text(max_size=120)))
+@example("http://a.example\\@b.example/")
+@example("http://a.example%2f@b.example/")
+@example("http://0x7f.1:80/")
+def test_what_the_guard_accepts_a_plain_parser_reads_alike(raw: str) -> None:
+    vetted = vet_or_none(raw)
+    if vetted is not None:
+        assert_a_plain_parser_reads_the_vetted_url_alike(vetted)
+
+
+plain_names = st.from_regex(
+    r"[a-z][a-z0-9-]{0,10}[a-z0-9](\.[a-z][a-z0-9-]{0,10}[a-z0-9]){1,3}", fullmatch=True
+).filter(
+    # Public-looking names only: internal suffixes (`.local`, `.svc`...) are refused by design,
+    # and IDNA reserves hyphens in a label's third and fourth places (`xn--`, `ab--c`).
+    lambda name: refused_name_reason(name) is None and all(label[2:4] != "--" for label in name.split("."))
+)
+plain_hosts = st.one_of(
+    plain_names.map(lambda name: (name, name)),
+    st.ip_addresses(v=4).map(lambda ip: (str(ip), str(ip))),
+    st.ip_addresses(v=6).map(lambda ip: (f"[{ip}]", str(ip))),
+)
+safe_text = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-._~", max_size=12)
+
+
+@FAST
+@given(
+    st.sampled_from(["http", "https"]),
+    plain_hosts,
+    st.one_of(st.none(), st.integers(1, 65535)),
+    st.lists(safe_text, max_size=4),
+    st.lists(st.tuples(st.sampled_from(["q", "page", "lang", "id"]), safe_text), max_size=3),
+)
+def test_a_plain_url_is_vetted_as_urllib_and_ipaddress_read_it(
+    scheme: str, host: tuple[str, str], port: int | None, segments: list[str], query: list[tuple[str, str]]
+) -> None:
+    authority, bare = host
+    raw = f"{scheme}://{authority}{f':{port}' if port is not None else ''}/{'/'.join(segments)}"
+    if query:
+        raw += "?" + "&".join(f"{key}={value}" for key, value in query)
+    vetted = vet_or_none(raw)
+    assert vetted is not None, raw
+    parts = urlsplit(raw)
+    assert (vetted.scheme, vetted.port) == (parts.scheme, DEFAULT_PORTS[scheme] if parts.port is None else parts.port)
+    if _is_ip_literal(bare):
+        assert vetted.host.ip == ipaddress.ip_address(bare)
+    else:
+        assert vetted.host.name == bare
+    assert_a_plain_parser_reads_the_vetted_url_alike(vetted)

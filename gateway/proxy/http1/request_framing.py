@@ -24,6 +24,7 @@ timer; the listener carries the events out and the transparent listener can reus
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, NoReturn, TypeVar, Union
@@ -42,6 +43,10 @@ from gateway.proxy.http1.request_head import (
     request_line,
     too_large,
 )
+
+NO_VERSION = "the request line has no HTTP version (HTTP/0.9 is not served)"
+CONTROL_IN_LINE = "the request line holds a control character"
+_LINE_CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
 
 # What a complete request head (not CONNECT) becomes, made by the framing's owner from the parse:
 # (method, url, the whole head as sent, its forwarded field lines, authorization, the header
@@ -352,6 +357,14 @@ class RequestFraming(Generic[H]):
         method, url, version = words if len(words) == 3 and words[1] and words[2] else request_line(line)
         if len(url) > MAX_URL_BYTES:
             self._refuse(too_large(LINE_TOO_LONG))
+        if _LINE_CONTROL.search(line) is not None:
+            # llhttp lets a bare LF (or another control) into the target: a reader that ends
+            # lines at LF would see the rest as a field line. A plain parser refuses the line.
+            self._refuse(GatewayError(ErrorCode.INVALID_INPUT, CONTROL_IN_LINE))
+        if not version:
+            # llhttp reads `GET url` as HTTP/0.9, so `GET http://a/ HTTP/1.1` mistyped as
+            # `GET http://a/-HTTP/1.1` took the version into the target; a plain parser refuses.
+            self._refuse(GatewayError(ErrorCode.INVALID_INPUT, NO_VERSION))
         try:
             fields, authorization, named, chunked = read_field_block(block, counted)
         except GatewayError as error:

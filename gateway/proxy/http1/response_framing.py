@@ -18,6 +18,8 @@ connection unusable. Never touches a socket or a timer; never quotes upstream by
 
 from __future__ import annotations
 
+import re
+
 import httptools
 
 from gateway.errors import ErrorCode, GatewayError
@@ -30,7 +32,19 @@ from gateway.proxy.http1.response_head import (
 )
 
 NO_BODY_STATUSES = frozenset({204, 304})
+# Each transfer coding a head's Transfer-Encoding lines name, in order (a chunked head only).
+_TRANSFER_CODINGS = re.compile(rb"(?i)(?:^|\r\n)transfer-encoding[ \t]*:[ \t]*([^\r]*)")
 MALFORMED = "the upstream response is malformed"
+
+
+def _transfer_codings(head: bytes) -> list[bytes]:
+    """The transfer codings a head's Transfer-Encoding lines name, in order, lowercased."""
+    return [
+        coding.strip(b" \t").lower()
+        for value in _TRANSFER_CODINGS.findall(head)
+        for coding in value.split(b",")
+        if coding.strip(b" \t")
+    ]
 
 
 class _StopParsing(Exception):
@@ -243,6 +257,12 @@ class ResponseFraming:
         kept, has_length, chunked, names_framing = read_head(self._head, status, self._id_field, keep_alive)
         if status == 101 or names_framing:
             self._refuse_unframeable(status)
+        if chunked and _transfer_codings(self._head).count(b"chunked") != 1:
+            # RFC 9112 section 6.1: chunked is applied once, and last. llhttp decodes one chunked
+            # layer of `chunked, chunked` (or two such lines) where a plain parser (h11) refuses:
+            # refused here too, so no reader downstream sees other message boundaries.
+            self._failure = GatewayError(ErrorCode.CONNECT_FAILURE, MALFORMED)
+            raise _StopParsing
         # The head's pieces go straight into the output: one join for head and body.
         out = self._out
         if status < 200:
