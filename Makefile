@@ -5,7 +5,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: run demo test fuzz lint bench chart docs docs-ref system-deps clean
+.PHONY: run demo test test-fast fuzz lint bench chart docs docs-ref system-deps clean
+
+# `make test` runs the whole suite on this many pytest-xdist workers. Most of a test's time is
+# spent waiting on daemons, sockets and deadlines, not on the CPU, so a 2-core machine keeps
+# more workers than cores busy (figures: docs/development/testing.md). Override with
+# `make test TEST_WORKERS=1`; a bare `pytest` runs everything in one process.
+TEST_WORKERS ?= 4
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || (apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV))
@@ -31,9 +37,23 @@ demo: $(RUN_STAMP)
 system-deps:
 	scripts/install-system-deps.sh
 
+PYTEST := PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest
+
+# Every test, no selection: .ci/run calls this. First all but the tests marked `serial`, spread
+# over the workers a whole file at a time (tests/harness/parallel.py: a module's shared daemons
+# are built once; the network-namespace files run one after another); then the `serial` ones
+# (bursts of concurrent calls, event-loop latency bounds) alone on a quiet machine. Both parts
+# always run; the target fails if either does.
 test: $(STAMP) system-deps
 	scripts/install-helm.sh
-	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not serial" || failed=1; \
+	$(PYTEST) -m serial || failed=1; \
+	test -z "$$failed"
+
+# The unit tests but the few marked slow, for the edit-test loop: no daemon, no network, seconds.
+# Never a substitute for `make test`.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -m "not slow" -n 2 -q
 
 # The property tests (tests/unit/test_*_property.py) with EGRESS_FUZZ_SCALE times their examples
 # (tests/harness/fuzz.py): `make test` runs each with its own small, bounded count.
@@ -48,7 +68,7 @@ lint: $(STAMP)
 
 chart: $(STAMP)
 	scripts/install-helm.sh
-	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m pytest tests/chart
+	$(PYTEST) tests/chart
 
 # pip 23's resolver stops on readability-lxml's lxml[html-clean] (the extra named twice once
 # normalised); pip 24 and later resolve it.

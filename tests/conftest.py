@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xdist.remote import Producer
 
 from tests.harness.audit_schema import NOTED_LINE_KINDS, NOTED_PROBLEMS, all_errors, line_kinds
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess
 from tests.harness.origins import HarnessLoop, OriginFactory
+from tests.harness.parallel import FileScheduling
 
 pytest_plugins = ["tests.harness.redis_server", "tests.harness.redis_topologies"]
 
@@ -50,6 +52,13 @@ LINE_KINDS_BY_TEST: dict[str, set[tuple[str, str]]] = {
     },
 }
 _PASSED: set[str] = set()
+
+
+# tryfirst: xdist's own hook would answer `--dist loadfile` with its plain file scheduling.
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> FileScheduling | None:
+    """`--dist loadfile` (as `make test` runs): whole files per worker, the netns files as one."""
+    return FileScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -97,6 +106,14 @@ def harness_loop() -> Iterator[HarnessLoop]:
 
 @pytest.fixture
 def origins(harness_loop: HarnessLoop, pki: TestPKI, fake_dns: FakeDNS) -> Iterator[OriginFactory]:
+    factory = OriginFactory(harness_loop, pki, fake_dns)
+    yield factory
+    factory.stop_all()
+
+
+@pytest.fixture(scope="module")
+def module_origins(harness_loop: HarnessLoop, pki: TestPKI, fake_dns: FakeDNS) -> Iterator[OriginFactory]:
+    """`origins` for origins a whole module shares (with a gateway it shares), stopped after it."""
     factory = OriginFactory(harness_loop, pki, fake_dns)
     yield factory
     factory.stop_all()

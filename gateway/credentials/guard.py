@@ -96,6 +96,29 @@ class OutboundGuard:
             return None
         return self._judge(facts, findings, scan, generation)
 
+    def guard_head(
+        self,
+        facts: RequestFacts,
+        policy: Policy,
+        principal: Principal,
+        *,
+        url: str | bytes,
+        fields: bytes,
+        generation: int | None = None,
+    ) -> tuple[bytes, Scrubber | None]:
+        """A request head before anything of it is sent: its URL and field lines screened, then,
+        inside TLS (`facts.scheme` https), bound placeholders swapped for their real values and a
+        scrubber made for the response. Returns the field block to send and that scrubber (or
+        None); raises the refusal's GatewayError. The proxy's requests and an inspected
+        connection's upgrade heads both come here: one screening, one injection."""
+        refusal = self.screen_request(facts, policy, principal, url=url, fields=fields, generation=generation)
+        if refusal is not None:
+            raise refusal
+        if facts.scheme != "https" or not self.held.by_name:
+            return fields, None
+        fields = self.inject(facts, fields, generation)
+        return fields, self.scrubber(facts, scan_settings_for(policy, principal).body_window_bytes)
+
     def screen_query(
         self, facts: RequestFacts, policy: Policy, principal: Principal, query: str, generation: int | None = None
     ) -> GatewayError | None:

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.credentials.guard import OutboundGuard
+from gateway.credentials.inject import Scrubber
+from gateway.credentials.screen import RequestFacts as OutboundFacts
 from gateway.egress.connect import TlsTrust, open_pinned_connection
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
@@ -45,7 +47,12 @@ from gateway.proxy.forward.pool import UpstreamPool
 from gateway.proxy.forward.upstream import UpstreamConnection
 from gateway.proxy.http1.heads import error_response
 from gateway.proxy.http1.request_framing import UPGRADE_REFUSED, ConnectHead, RequestFraming, UpgradeHead
-from gateway.proxy.inspected_upgrade import RelayOutcome, UpgradeRelay, upstream_upgrade_head
+from gateway.proxy.inspected_upgrade import (
+    RelayOutcome,
+    UpgradeRelay,
+    upgrade_fields,
+    upstream_upgrade_head,
+)
 from gateway.proxy.server import ProxyServer
 from gateway.proxy.tls.sni import PeekStatus, peek_client_hello
 from gateway.tasks import spawn
@@ -306,6 +313,7 @@ class InspectedClient(ClientConnection):
             path = judgement.verdict.path
             if judgement.verdict.verdict == "deny":
                 raise judgement.verdict.refusal()
+            fields, scrubber = self._guard_upgrade(head, judgement.origin_form, principal, loaded, method)
         except GatewayError as error:
             metrics.INSPECTED_REQUESTS.labels("deny", str(error.code)).inc()
             server.records.record_deny(
@@ -353,14 +361,33 @@ class InspectedClient(ClientConnection):
 
         relay = self._relay = UpgradeRelay(
             self.transport,
-            upstream_upgrade_head(head.head, judgement.origin_form.encode()),
+            upstream_upgrade_head(head.head, judgement.origin_form.encode(), fields),
             idle_timeout_s=proxy.idle_timeout_s,
             lifetime_s=proxy.max_tunnel_lifetime_s,
             on_close=closed,
+            scrubber=scrubber,
         )
         if head.rest:
             relay.from_client(head.rest)
         spawn(self._dial_upgrade(relay, principal, loaded), name="inspect-upgrade", loop=server.loop)
+
+    def _guard_upgrade(
+        self, head: UpgradeHead, origin_form: str, principal: Principal, loaded: LoadedPolicy, method: str
+    ) -> tuple[bytes, Scrubber | None]:
+        """The upgrade head through the outbound guard, as `InspectDispatcher` sends a request's:
+        URL and fields screened (a placeholder or secret raises the refusal, its `security` line
+        written), a bound credential injected, a scrubber for the answer. Nothing is sent yet."""
+        fields = upgrade_fields(head.head)
+        server = self.server
+        assert isinstance(server, InspectServer)
+        guard = server.dispatcher.guard
+        if guard is None:
+            return fields, None
+        facts = OutboundFacts(
+            KIND, principal.name, "https", self.host, self.port, method, origin_form.partition("?")[0]
+        )
+        url = b"https://%b:%d%b" % (self.host.encode("ascii"), self.port, origin_form.encode())
+        return guard.guard_head(facts, loaded.policy, principal, url=url, fields=fields, generation=loaded.generation)
 
     async def _dial_upgrade(self, relay: UpgradeRelay, principal: Principal, loaded: LoadedPolicy) -> None:
         server = self.server

@@ -7,7 +7,8 @@ relayed as it is and the connection closed once that response ends (never a rela
 agent sends after a refused upgrade are not HTTP the rules have judged). The relay is bounded
 (each side pauses the other's reading when its write buffer is full, bytes the agent sends
 before the 101 are held up to a cap) and deadline-respecting (the policy's idle time and tunnel
-lifetime). One audit line at close with the bytes each way.
+lifetime). A bound credential's value in the origin's answer head (and a refusal's body) is
+scrubbed, as any inspected response's. One audit line at close with the bytes each way.
 
 Never parses WebSocket frames, never dials or decides (the inspected client pins and dials),
 never forwards a byte of the agent's before the origin switched protocols.
@@ -23,6 +24,7 @@ from enum import Enum
 
 import httptools
 
+from gateway.credentials.inject import Scrubber
 from gateway.proxy.http1.heads import MAX_HEAD_BYTES
 
 # Bytes the agent may send before the origin answers (a client that does not wait for the 101):
@@ -33,14 +35,23 @@ HEAD_END = b"\r\n\r\n"
 _PROXY_FIELDS = (b"proxy-authorization:", b"proxy-connection:")
 
 
-def upstream_upgrade_head(head: bytes, origin_form: bytes) -> bytes:
-    """The agent's upgrade head for the origin: its target in origin-form, the proxy's own
-    fields dropped, every other line (Host checked, Upgrade, Connection, Sec-WebSocket-*) kept."""
-    line, _, block = head.partition(b"\r\n")
+def upgrade_fields(head: bytes) -> bytes:
+    """The agent's upgrade head's field lines as the proxy's field blocks hold them (each
+    `\r\nName: value`), the proxy's own fields dropped and every other line (Host checked,
+    Upgrade, Connection, Sec-WebSocket-*) kept: what the outbound guard screens and injects into."""
+    block = head.partition(b"\r\n")[2]
+    return b"".join(
+        b"\r\n" + field for field in block.split(b"\r\n") if field and not field.lower().startswith(_PROXY_FIELDS)
+    )
+
+
+def upstream_upgrade_head(head: bytes, origin_form: bytes, fields: bytes) -> bytes:
+    """The upgrade head for the origin: the agent's method and version, its target in
+    origin-form, `fields` (from `upgrade_fields`, after the outbound guard)."""
+    line = head.partition(b"\r\n")[0]
     method, _, rest = line.partition(b" ")
     version = rest.rpartition(b" ")[2]
-    kept = [field for field in block.split(b"\r\n") if field and not field.lower().startswith(_PROXY_FIELDS)]
-    return b"%b %b %b\r\n%b\r\n\r\n" % (method, origin_form, version, b"\r\n".join(kept))
+    return b"%b %b %b%b\r\n\r\n" % (method, origin_form, version, fields)
 
 
 class RelayState(Enum):
@@ -73,12 +84,16 @@ class UpgradeRelay(asyncio.Protocol):
         idle_timeout_s: float,
         lifetime_s: float,
         on_close: Callable[[RelayOutcome], None],
+        scrubber: Scrubber | None = None,
     ) -> None:
         self.client = client
         self.head = head
         self.idle_timeout_s = idle_timeout_s
         self.lifetime_s = lifetime_s
         self.on_close = on_close
+        # A bound credential's values replaced in the origin's answer: the 101's head, or a
+        # refusal's head and body (up to the scrubber's window). Frames after a 101 are not.
+        self.scrubber = scrubber
         self.state = RelayState.AWAITING_ANSWER
         self.upstream: asyncio.Transport | None = None
         self.address = ""
@@ -126,6 +141,9 @@ class UpgradeRelay(asyncio.Protocol):
         if status == 101:
             self.state = RelayState.RELAYING
             self.bytes_down += len(data)
+            scrubber, cut = self.scrubber, end + len(HEAD_END)
+            if scrubber is not None:
+                data = scrubber.body(data[:cut]) + scrubber.finish() + data[cut:]
             self.client.write(data)
             if self._held:
                 held, self._held = bytes(self._held), bytearray()
@@ -143,7 +161,8 @@ class UpgradeRelay(asyncio.Protocol):
 
     def _relay_response(self, data: bytes) -> None:
         self.bytes_down += len(data)
-        self.client.write(data)
+        # Length-preserving: the answer's framing (read from the bytes as they came) stays true.
+        self.client.write(self.scrubber.body(data) if self.scrubber is not None else data)
         parser = self._response
         if parser is None:
             return
@@ -154,6 +173,7 @@ class UpgradeRelay(asyncio.Protocol):
 
     def on_message_complete(self) -> None:  # httptools: the non-101 answer ended
         self._response = None
+        self._release_scrubbed()
         asyncio.get_running_loop().call_soon(self.close, "done")
 
     def eof_received(self) -> bool | None:
@@ -196,6 +216,13 @@ class UpgradeRelay(asyncio.Protocol):
         if self.upstream is not None and self.state is not RelayState.CLOSED:
             self.upstream.resume_reading()
 
+    def _release_scrubbed(self) -> None:
+        """What the scrubber held back (the possible start of a value), once the answer ended."""
+        if self.scrubber is not None:
+            tail = self.scrubber.finish()
+            if tail:
+                self.client.write(tail)
+
     @property
     def closed(self) -> bool:
         return self.state is RelayState.CLOSED
@@ -229,6 +256,7 @@ class UpgradeRelay(asyncio.Protocol):
             self._timer = None
         if self.upstream is not None:
             self.upstream.close()
+        self._release_scrubbed()  # a close-delimited answer ends here
         self.client.close()
         self.on_close(
             RelayOutcome(

@@ -4,6 +4,8 @@ environment each client gets (the CA only through the variables the docs list). 
 from __future__ import annotations
 
 import os
+import socket
+import ssl
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,7 @@ from gateway.inspect.authority import create_authority, export_bundles, write_au
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess
+from tests.harness.origins import Origin
 
 
 @dataclass(frozen=True)
@@ -94,3 +97,30 @@ def inspecting_gateway(
     yield start
     for process in started:
         process.stop()
+
+
+API = "api.example.org"
+
+
+def tls_through(
+    gateway: InspectingGateway, ca: InterceptionCA, origin: Origin, *, alpn: list[str] | None = None
+) -> ssl.SSLSocket:
+    """A CONNECT to api.example.org through `gateway`, then TLS trusting only the interception CA."""
+    sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=5)
+    sock.sendall(f"CONNECT {API}:{origin.port} HTTP/1.1\r\nHost: {API}\r\n\r\n".encode())
+    assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    context = ssl.create_default_context(cafile=str(ca.ca_only))
+    if alpn:
+        context.set_alpn_protocols(alpn)
+    return context.wrap_socket(sock, server_hostname=API)
+
+
+def read_response(tls: ssl.SSLSocket) -> bytes:
+    """Bytes up to the end of a response head (or the close)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = tls.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data

@@ -3,7 +3,8 @@
 `ProxyProcess` is a `GatewayProcess` (policy file, fake DNS, test CA, audit file, free loopback
 ports) with helpers to read its RSS and wait for audit lines, so tests can drive the proxy with
 curl and httpx exactly as an agent would and send the daemon SIGTERM; `proxy_factory` is the
-fixture that starts them, `raw_exchange` talks raw bytes to one. No tests live here.
+fixture that starts them (`module_proxy_factory` for one a module shares), `raw_exchange` talks raw
+bytes to one. No tests live here.
 """
 
 from __future__ import annotations
@@ -110,6 +111,16 @@ def starting_proxies(
 @pytest.fixture
 def proxy_factory(tmp_path: Path, fake_dns: Any, pki: TestPKI) -> Iterator[Any]:
     start, started = starting_proxies(ProxyProcess, tmp_path, fake_dns.nameserver, pki.ca_path)
+    yield start
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def module_proxy_factory(tmp_path_factory: pytest.TempPathFactory, fake_dns: Any, pki: TestPKI) -> Iterator[Any]:
+    """`proxy_factory` for gateways a whole module shares, stopped after its last test."""
+    workdir = tmp_path_factory.mktemp("module-proxies")
+    start, started = starting_proxies(ProxyProcess, workdir, fake_dns.nameserver, pki.ca_path)
     yield start
     for process in started:
         process.stop()

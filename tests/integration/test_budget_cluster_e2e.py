@@ -14,11 +14,7 @@ import uuid
 import pytest
 
 from tests.conftest import GatewayFactory
-from tests.harness.origins import HarnessLoop, OriginFactory
-from tests.harness.redis_topologies import ClusterNodes
-from tests.harness.run_tokens import SECRET_ENV, run_token
-from tests.harness.windows import REDIS_CLOCK, room_in_the_minute
-from tests.integration.test_budget_e2e import (
+from tests.harness.budget_calls import (
     CONCURRENT_FETCHES,
     HoldingSite,
     budgeted_policy,
@@ -28,6 +24,10 @@ from tests.integration.test_budget_e2e import (
     start_fetches,
     step_headers,
 )
+from tests.harness.origins import HarnessLoop, OriginFactory
+from tests.harness.redis_topologies import ClusterNodes
+from tests.harness.run_tokens import SECRET_ENV, run_token
+from tests.harness.windows import REDIS_CLOCK, room_in_the_minute
 
 BUDGET = 20
 # Time the 200 fetches may take on a loaded machine, all inside one minute window.
@@ -38,6 +38,7 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+@pytest.mark.serial  # 200 calls at once against 1 s store timeouts: needs the machine to itself
 @pytest.mark.parametrize("budget", ["step", "minute"])
 async def test_two_replicas_on_a_cluster_grant_exactly_the_budget_of_200_concurrent_fetches(
     gateway_factory: GatewayFactory,

@@ -424,6 +424,7 @@ async def test_ping_answers_true_while_the_store_is_up(store: BudgetStore) -> No
     assert await store.ping() is True
 
 
+@pytest.mark.serial  # 200 calls at once against 1 s store timeouts: needs the machine to itself
 @pytest.mark.parametrize(("concurrent", "per_step"), [(1000, 20), (3, 1000)], ids=["step", "slots"])
 async def test_concurrent_reservations_on_one_store_are_exact(
     store: BudgetStore, concurrent: int, per_step: int, request: pytest.FixtureRequest
@@ -452,6 +453,7 @@ async def close_all(stores: list[RedisBudgetStore]) -> None:
     await asyncio.gather(*(s.close() for s in stores))
 
 
+@pytest.mark.serial  # 200 calls at once against 1 s store timeouts: needs the machine to itself
 @pytest.mark.parametrize(
     ("lim", "expected_code"),
     [

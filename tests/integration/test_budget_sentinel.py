@@ -18,10 +18,10 @@ import pytest
 from gateway.budget import RedisBudgetStore, Reservation, ToolLimits
 from gateway.errors import ErrorCode, GatewayError
 from tests.conftest import GatewayFactory
+from tests.harness.budget_calls import HoldingSite, budgeted_policy, error_code, fetch
 from tests.harness.origins import HarnessLoop, OriginFactory
 from tests.harness.redis_topologies import FAILOVER_TIMEOUT_S, SentinelGroup
 from tests.harness.run_tokens import SECRET_ENV, run_token
-from tests.integration.test_budget_e2e import HoldingSite, budgeted_policy, error_code, fetch
 
 STEP_BUDGET = 30
 CALLS_BEFORE_KILL = 10

@@ -5,7 +5,9 @@ An echo origin over TLS (the test PKI) reflects the request headers it received.
 placeholder; the origin receives the real value; the agent sees the placeholder echoed back, not
 the value; the audit names the credential only. Basic and a named header, `require: true`,
 rotation by swapping the file, a principal not allowed, and a host bound by a credential is
-inspected without any `inspect` entry. Everything the gateway wrote is grepped for the value.
+inspected without any `inspect` entry. WebSocket upgrade heads get the same guard: injected into
+on a bound host (the 101's head scrubbed), refused with a placeholder off its binding or a tier-2
+token in the query. Everything the gateway wrote is grepped for the value.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -34,28 +37,49 @@ __all__ = ["inspecting_gateway", "interception_ca"]
 
 GatewayFactory = Callable[..., InspectingGateway]
 BOUND = "api.bound.example"
+UNBOUND = "ws.unbound.example"  # inspected by an `inspect` entry, bound by no credential
 VALUE = "corp-" + "RealValue0" * 3 + "xyz"  # 38 characters, a shape no rule knows
 ROTATED = "corp-" + "Rotated000" * 3 + "xyz"
 AGENT_TOKEN = "agent-two-token"
 
 
-def _echo_app(seen: list[dict[str, str]]) -> web.Application:
+def _echo_app(seen: list[dict[str, str]], upgrades: list[str]) -> web.Application:
+    async def socket_echo(request: web.Request) -> web.StreamResponse:
+        seen.append({k.lower(): v for k, v in request.headers.items()})
+        upgrades.append(request.path)
+        ws = web.WebSocketResponse()
+        # The 101's head names what arrived: the agent must get it back scrubbed.
+        ws.headers["X-Seen-Authorization"] = request.headers.get("Authorization", "")
+        await ws.prepare(request)
+        await ws.close()
+        return ws
+
     async def echo(request: web.Request) -> web.Response:
         headers = {k.lower(): v for k, v in request.headers.items()}
         seen.append(headers)
         return web.json_response({"headers": headers, "path": request.path_qs})
 
     app = web.Application()
+    app.router.add_get("/bearer/ws", socket_echo)
+    app.router.add_get("/ws", socket_echo)
     app.router.add_route("*", "/{tail:.*}", echo)
     return app
 
 
 class Bound:
-    def __init__(self, gateway: InspectingGateway, ca: InterceptionCA, origin: Origin, seen: list[dict[str, str]]):
+    def __init__(
+        self,
+        gateway: InspectingGateway,
+        ca: InterceptionCA,
+        origin: Origin,
+        seen: list[dict[str, str]],
+        upgrades: list[str],
+    ):
         self.gateway = gateway
         self.ca = ca
         self.origin = origin
         self.seen = seen
+        self.upgrades = upgrades
         self.placeholders = self._placeholders()
 
     def _placeholders(self) -> dict[str, str]:
@@ -80,6 +104,28 @@ class Bound:
             proxy = proxy.replace("http://", f"http://{proxy_auth}@")
         return httpx.Client(proxy=proxy, verify=ssl.create_default_context(cafile=env["SSL_CERT_FILE"]), timeout=10)
 
+    def upgrade(self, host: str, target: str, authorization: str | None = None) -> bytes:
+        """A WebSocket upgrade through CONNECT and the gateway's leaf (a raw TLS client, to read
+        the answer head as the agent gets it); the bytes up to the head's end."""
+        with socket.create_connection(("127.0.0.1", self.gateway.port), timeout=10) as sock:
+            sock.sendall(f"CONNECT {host}:{self.origin.port} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+            context = ssl.create_default_context(cafile=str(self.ca.ca_only))
+            with context.wrap_socket(sock, server_hostname=host) as tls:
+                auth = f"Authorization: {authorization}\r\n" if authorization else ""
+                tls.sendall(
+                    f"GET {target} HTTP/1.1\r\nHost: {host}:{self.origin.port}\r\n{auth}Connection: Upgrade\r\n"
+                    "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n".encode()
+                )
+                answer = b""
+                while b"\r\n\r\n" not in answer:
+                    chunk = tls.recv(65536)
+                    if not chunk:
+                        break
+                    answer += chunk
+        return answer
+
     def assert_nothing_leaked(self) -> None:
         captured = self.gateway.audit_path.read_text() + self.gateway.stderr()
         assert VALUE not in captured
@@ -88,12 +134,18 @@ class Bound:
             assert placeholder not in captured
 
 
-def _policy(origin: Origin, secrets: Path, require: bool = False) -> dict[str, Any]:
+def _policy(
+    origin: Origin, secrets: Path, require: bool = False, default: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    default = dict(default or {})
+    # An `inspect` entry (`UNBOUND`'s) on the origin's port.
+    if "inspect" in default:
+        default["inspect"] = [{**entry, "ports": [origin.port]} for entry in default["inspect"]]
     policy = proxy_policy(
         [origin.cidr],
         ports=[80, 443, origin.port],
         principals={
-            "default": {"egress": {"allow_domains": ["*"]}},
+            "default": {"egress": {"allow_domains": ["*"]}, **default},
             "two": {"token_sha256": token_digest(AGENT_TOKEN), "egress": {"allow_domains": ["*"]}},
         },
     )
@@ -131,15 +183,16 @@ def _policy(origin: Origin, secrets: Path, require: bool = False) -> dict[str, A
 def make_bound(
     inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, origins: OriginFactory, tmp_path: Path
 ) -> Callable[..., Bound]:
-    def start(*, require: bool = False) -> Bound:
+    def start(*, require: bool = False, default: dict[str, Any] | None = None) -> Bound:
         secrets = tmp_path / "secrets"
         secrets.mkdir(exist_ok=True)
         (secrets / "key").write_text(os.urandom(40).hex())
         (secrets / "value").write_text(VALUE + "\n")
         seen: list[dict[str, str]] = []
-        origin = origins.start(_echo_app(seen), names=(BOUND,))
-        gateway = inspecting_gateway(_policy(origin, secrets, require))
-        return Bound(gateway, interception_ca, origin, seen)
+        upgrades: list[str] = []
+        origin = origins.start(_echo_app(seen, upgrades), names=(BOUND, UNBOUND))
+        gateway = inspecting_gateway(_policy(origin, secrets, require, default))
+        return Bound(gateway, interception_ca, origin, seen, upgrades)
 
     return start
 
@@ -245,3 +298,58 @@ def test_rotation_by_swapping_the_file_injects_the_new_value_without_a_restart(
     assert bound.seen[-1]["authorization"] == f"Bearer {ROTATED}"
     assert got.json()["headers"]["authorization"] == f"Bearer {placeholder}"
     bound.assert_nothing_leaked()
+
+
+def test_a_websocket_upgrade_to_a_bound_host_carries_the_real_value_and_its_101_is_scrubbed(
+    make_bound: Callable[..., Bound],
+) -> None:
+    bound = make_bound()
+    placeholder = bound.placeholders["bearer-api"]
+    answer = bound.upgrade(BOUND, "/bearer/ws", f"Bearer {placeholder}")
+    assert answer.startswith(b"HTTP/1.1 101"), answer
+    assert bound.upgrades == ["/bearer/ws"]
+    # One Authorization reached the origin, the real one (the agent's line was replaced).
+    assert bound.seen[-1]["authorization"] == f"Bearer {VALUE}"
+    # The origin named the value in its 101; the agent gets the placeholder (as long as the value).
+    assert VALUE.encode() not in answer
+    assert f"X-Seen-Authorization: Bearer {placeholder}".encode() in answer
+    lines = bound.gateway.wait_audit(lambda ls: any(line.get("upgrade") == "websocket" for line in ls), timeout_s=10)
+    security = [line for line in lines if line["event"] == "security"]
+    injected = [
+        (line["credential"], line["injected_into"], line["kind"]) for line in security if line["action"] == "inject"
+    ]
+    assert injected == [("bearer-api", "authorization", "inspect")]
+    assert [line["scrubbed"] for line in security if line["action"] == "scrub"] == [1]
+    bound.assert_nothing_leaked()
+
+
+def test_a_websocket_upgrade_with_a_placeholder_to_an_unbound_host_is_refused_before_the_origin(
+    make_bound: Callable[..., Bound],
+) -> None:
+    bound = make_bound(default={"inspect": [{"host": UNBOUND, "access": "read-only"}]})
+    placeholder = bound.placeholders["bearer-api"]
+    answer = bound.upgrade(UNBOUND, "/ws", f"Bearer {placeholder}")
+    assert answer.startswith(b"HTTP/1.1 403"), answer
+    assert b"X-Egress-Code: credential_misuse" in answer
+    assert bound.upgrades == []
+    lines = bound.gateway.wait_audit(lambda ls: any(line["event"] == "security" for line in ls))
+    (security,) = [line for line in lines if line["event"] == "security"]
+    assert (security["action"], security["code"], security["host"]) == ("deny", "credential_misuse", UNBOUND)
+    assert [finding["rule"] for finding in security["findings"]] == ["tier1.placeholder"]
+    denied = [line for line in lines if line["event"] != "security" and line.get("code") == "credential_misuse"]
+    assert [(line["kind"], line["path"]) for line in denied] == [("inspect", "/ws")]
+    bound.assert_nothing_leaked()
+
+
+def test_a_tier2_token_in_a_websocket_upgrades_query_is_refused_in_deny_mode(make_bound: Callable[..., Bound]) -> None:
+    bound = make_bound(default={"inspect": [{"host": UNBOUND, "access": "read-only"}], "scan": {"tier2": "deny"}})
+    token = "AKIAIOSFODNN7EXAMPLE"  # an AWS access key id's shape: tier 2
+    answer = bound.upgrade(UNBOUND, f"/ws?key={token}")
+    assert answer.startswith(b"HTTP/1.1 403"), answer
+    assert b"X-Egress-Code: secret_detected" in answer
+    assert bound.upgrades == []
+    lines = bound.gateway.wait_audit(lambda ls: any(line["event"] == "security" for line in ls))
+    (security,) = [line for line in lines if line["event"] == "security"]
+    assert security["action"] == "deny"
+    assert [finding["rule"] for finding in security["findings"]] == ["tier2.aws_access_key_id"]
+    assert token not in bound.gateway.audit_path.read_text()

@@ -818,6 +818,7 @@ def test_cli_fetch_prints_the_page_as_markdown(stack: Stack) -> None:
 REQUIRED_ANSWERS_DURING_CONVERSION = 5
 
 
+@pytest.mark.serial  # a conversion that takes seconds of CPU, answered within 30 s: needs the machine to itself
 def test_requests_are_answered_while_a_large_conversion_runs(stack: Stack) -> None:
     state = stack.site.state
     state.large_body_sent.clear()

@@ -181,6 +181,7 @@ def test_a_self_referencing_page_tree_leaves_no_traceback_and_the_worker_serves_
     assert "[page 1/3]" in pdf_stack.ok("/report.pdf")["content"]
 
 
+@pytest.mark.serial  # seconds of CPU inflating the bomb, within a 30 s answer: needs the machine to itself
 def test_a_pdf_that_inflates_past_the_converters_memory_is_too_large(pdf_stack: PdfStack) -> None:
     error = pdf_stack.refused("/flate-bomb.pdf")
     assert error["code"] == "too_large", error

@@ -26,12 +26,17 @@ from aiohttp import web
 from gateway.inspect.authority import load_authority, mint_leaf
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
-from tests.harness.inspection import InspectingGateway, InterceptionCA, inspecting_gateway, interception_ca
+from tests.harness.inspection import (
+    InspectingGateway,
+    InterceptionCA,
+    inspecting_gateway,
+    interception_ca,
+    read_response,
+    tls_through,
+)
 from tests.harness.origins import HarnessLoop, Origin, OriginFactory, listening_socket, stop_serving
 from tests.harness.proxy import proxy_policy
-from tests.unit.test_hello_gate import CHANGE_CIPHER_SPEC
-from tests.unit.test_inspect_tls import without_key_shares
-from tests.unit.test_sni import client_hello
+from tests.harness.tls_records import CHANGE_CIPHER_SPEC, client_hello, without_key_shares
 
 __all__ = ["inspecting_gateway", "interception_ca"]
 
@@ -174,28 +179,6 @@ def test_a_host_not_named_in_inspect_is_spliced_untouched(
     assert any(line.get("kind") == "connect" and line.get("close_reason") for line in lines)
 
 
-def _tls_through(
-    gateway: InspectingGateway, ca: InterceptionCA, origin: Origin, *, alpn: list[str] | None = None
-) -> ssl.SSLSocket:
-    sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=5)
-    sock.sendall(f"CONNECT {API}:{origin.port} HTTP/1.1\r\nHost: {API}\r\n\r\n".encode())
-    assert sock.recv(4096).startswith(b"HTTP/1.1 200")
-    context = ssl.create_default_context(cafile=str(ca.ca_only))
-    if alpn:
-        context.set_alpn_protocols(alpn)
-    return context.wrap_socket(sock, server_hostname=API)
-
-
-def _read_response(tls: ssl.SSLSocket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = tls.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
 @pytest.mark.parametrize(
     "host_line",
     ["Host: other.example.org", "Host: api.example.org.evil.test", "Host: api.example.org\r\nHost: other.test"],
@@ -205,9 +188,9 @@ def test_fronting_inside_tls_is_host_mismatch_and_audited(
     inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, api_origin: Origin, host_line: str
 ) -> None:
     gateway = inspecting_gateway(_policy(api_origin))
-    with _tls_through(gateway, interception_ca, api_origin) as tls:
+    with tls_through(gateway, interception_ca, api_origin) as tls:
         tls.sendall(f"GET /a HTTP/1.1\r\n{host_line}\r\n\r\n".encode())
-        answer = _read_response(tls)
+        answer = read_response(tls)
     assert answer.startswith(b"HTTP/1.1 400") or answer.startswith(b"HTTP/1.1 403"), answer
     lines = gateway.wait_audit(lambda ls: any(x.get("code") in ("host_mismatch", "invalid_input") for x in ls))
     codes = {line.get("code") for line in lines if line.get("kind") in ("inspect", "http")}
@@ -218,9 +201,9 @@ def test_absolute_form_naming_another_host_is_host_mismatch(
     inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
 ) -> None:
     gateway = inspecting_gateway(_policy(api_origin))
-    with _tls_through(gateway, interception_ca, api_origin) as tls:
+    with tls_through(gateway, interception_ca, api_origin) as tls:
         tls.sendall(f"GET https://other.example.org/a HTTP/1.1\r\nHost: {API}\r\n\r\n".encode())
-        answer = _read_response(tls)
+        answer = read_response(tls)
     assert answer.startswith(b"HTTP/1.1 400"), answer
     assert b"host_mismatch" in answer
     lines = gateway.wait_audit(lambda ls: any(x.get("code") == "host_mismatch" for x in ls))
@@ -233,19 +216,19 @@ def test_smuggling_inside_tls_is_refused(
     inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
 ) -> None:
     gateway = inspecting_gateway(_policy(api_origin))
-    with _tls_through(gateway, interception_ca, api_origin) as tls:
+    with tls_through(gateway, interception_ca, api_origin) as tls:
         tls.sendall(
             f"POST /repos/myorg/x/issues HTTP/1.1\r\nHost: {API}\r\nContent-Length: 4\r\n"
             "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin/x HTTP/1.1\r\nHost: api.example.org\r\n\r\n".encode()
         )
-        answer = _read_response(tls)
+        answer = read_response(tls)
     assert answer.startswith(b"HTTP/1.1 400"), answer
     time.sleep(0.2)
     assert not [x for x in gateway.inspect_lines() if x.get("path", "").startswith("/admin")]
 
 
 def _h2_exchange(gateway: InspectingGateway, ca: InterceptionCA, origin: Origin) -> None:
-    with _tls_through(gateway, ca, origin, alpn=["h2"]) as tls:
+    with tls_through(gateway, ca, origin, alpn=["h2"]) as tls:
         tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
         if not tls.recv(100):
             raise ConnectionError("closed")
@@ -288,17 +271,17 @@ def test_a_reload_changes_the_next_request_on_a_kept_alive_connection(
     inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
 ) -> None:
     gateway = inspecting_gateway(_policy(api_origin))
-    with _tls_through(gateway, interception_ca, api_origin) as tls:
+    with tls_through(gateway, interception_ca, api_origin) as tls:
         request = f"PUT /repos/x HTTP/1.1\r\nHost: {API}\r\nContent-Length: 0\r\n\r\n".encode()
         tls.sendall(request)
-        assert _read_response(tls).startswith(b"HTTP/1.1 403")
+        assert read_response(tls).startswith(b"HTTP/1.1 403")
         gateway.write_policy(_policy(api_origin, reads="read-write"))
         deadline = time.monotonic() + 10
         answer = b""
         while time.monotonic() < deadline:
             time.sleep(0.3)
             tls.sendall(request)
-            answer = _read_response(tls)
+            answer = read_response(tls)
             if answer.startswith(b"HTTP/1.1 200"):
                 break
         assert answer.startswith(b"HTTP/1.1 200"), answer

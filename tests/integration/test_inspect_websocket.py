@@ -21,10 +21,16 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.harness.inspection import InspectingGateway, InterceptionCA, inspecting_gateway, interception_ca
+from tests.harness.inspection import (
+    InspectingGateway,
+    InterceptionCA,
+    inspecting_gateway,
+    interception_ca,
+    read_response,
+    tls_through,
+)
 from tests.harness.origins import Origin, OriginFactory
 from tests.harness.proxy import proxy_policy
-from tests.integration.test_inspect_proxy import _read_response, _tls_through
 
 __all__ = ["inspecting_gateway", "interception_ca"]
 
@@ -161,12 +167,12 @@ def test_a_non_101_answer_is_relayed_as_a_normal_response(
 ) -> None:
     counter, origin = echo
     gateway = inspecting_gateway(_policy(origin))
-    with _tls_through(gateway, interception_ca, origin) as tls:
+    with tls_through(gateway, interception_ca, origin) as tls:
         tls.sendall(
             f"GET /plain HTTP/1.1\r\nHost: {API}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
             "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n".encode()
         )
-        answer = _read_response(tls)
+        answer = read_response(tls)
         while b"no socket here" not in answer:
             chunk = tls.recv(65536)
             if not chunk:
@@ -187,12 +193,12 @@ def test_an_upgrade_with_a_body_is_refused_plainly(
 ) -> None:
     counter, origin = echo
     gateway = inspecting_gateway(_policy(origin))
-    with _tls_through(gateway, interception_ca, origin) as tls:
+    with tls_through(gateway, interception_ca, origin) as tls:
         tls.sendall(
             f"GET /socket HTTP/1.1\r\nHost: {API}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
             "Content-Length: 2\r\n\r\nhi".encode()
         )
-        answer = _read_response(tls)
+        answer = read_response(tls)
     assert answer.startswith(b"HTTP/1.1 501"), answer
     assert b"X-Egress-Code: inspection_unsupported" in answer
     assert counter.upgrades == []

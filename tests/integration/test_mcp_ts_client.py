@@ -21,9 +21,9 @@ import pytest
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess
+from tests.harness.mcp_gateway import AGENT_TOKEN, SEARCHER_TOKEN, new_run, page_url, started_mcp_gateway
 from tests.harness.origins import HarnessLoop
 from tests.harness.run_tokens import run_token
-from tests.integration.test_mcp_http import AGENT_TOKEN, SEARCHER_TOKEN, new_run, page_url, started_mcp_gateway
 
 REPO = Path(__file__).resolve().parents[2]
 SDK_DIR = REPO / ".tools" / "mcp-ts-client" / "node_modules" / "@modelcontextprotocol" / "sdk"

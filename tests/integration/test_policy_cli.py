@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gateway.policy.decide import token_digest
-from tests.integration.test_cli import run_cli
+from tests.harness.cli import run_cli
 
 OLD = """version: 1
 defaults: {ports: [443]}

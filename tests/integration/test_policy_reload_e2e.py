@@ -8,10 +8,10 @@ import signal
 import time
 
 from tests.conftest import GatewayFactory
+from tests.harness.budget_calls import HoldingSite
 from tests.harness.gateway import policy_document
 from tests.harness.origins import HarnessLoop, OriginFactory
-from tests.integration.test_budget_e2e import HoldingSite
-from tests.integration.test_permissions_e2e import (
+from tests.harness.principals import (
     FETCHER_TOKEN,
     policy_generation,
     start_held_fetch,

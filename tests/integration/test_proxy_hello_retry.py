@@ -21,8 +21,7 @@ from tests.harness.dns import FakeDNS
 from tests.harness.origins import OriginFactory
 from tests.harness.proxy import ProxyProcess, proxy_policy
 from tests.harness.scripted_origin import ScriptedOrigin
-from tests.unit.test_hello_gate import CHANGE_CIPHER_SPEC, HRR
-from tests.unit.test_sni import client_hello
+from tests.harness.tls_records import CHANGE_CIPHER_SPEC, HRR, client_hello
 
 ProxyFactory = Callable[..., ProxyProcess]
 proxy_factory = support.proxy_factory

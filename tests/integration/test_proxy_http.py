@@ -25,6 +25,7 @@ from tests.harness.proxy import (
 
 ProxyFactory = Callable[..., ProxyProcess]
 proxy_factory = support.proxy_factory  # the fixture, shared with the other proxy test modules
+module_proxy_factory = support.module_proxy_factory
 
 
 def _origin_app(peers: list[tuple[str, int]]) -> web.Application:
@@ -76,19 +77,40 @@ def _origin_app(peers: list[tuple[str, int]]) -> web.Application:
     return app
 
 
-@pytest.fixture
-def peers() -> list[tuple[str, int]]:
+# The module's tests share one origin and one gateway (started once, not once per test); a test
+# that counts audit lines or upstream connections takes `own_proxy`, a gateway of its own with the
+# same policy, or starts one with `proxy_factory`.
+
+
+@pytest.fixture(scope="module")
+def origin_peers() -> list[tuple[str, int]]:
     return []
 
 
 @pytest.fixture
-def http_origin(origins: OriginFactory, peers: list[tuple[str, int]]) -> Origin:
-    return origins.start(_origin_app(peers), names=("plain.example.org",), tls=False)
+def peers(origin_peers: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The client addresses the module's origin saw during this test (earlier tests' forgotten)."""
+    origin_peers.clear()
+    return origin_peers
+
+
+@pytest.fixture(scope="module")
+def http_origin(module_origins: OriginFactory, origin_peers: list[tuple[str, int]]) -> Origin:
+    return module_origins.start(_origin_app(origin_peers), names=("plain.example.org",), tls=False)
+
+
+def _head_deadline_policy(origin: Origin) -> dict[str, object]:
+    return proxy_policy([origin.cidr], ports=[origin.port], proxy={"head_timeout_s": 1.0})
+
+
+@pytest.fixture(scope="module")
+def proxy(module_proxy_factory: ProxyFactory, http_origin: Origin) -> ProxyProcess:
+    return module_proxy_factory(_head_deadline_policy(http_origin))
 
 
 @pytest.fixture
-def proxy(proxy_factory: ProxyFactory, http_origin: Origin) -> ProxyProcess:
-    return proxy_factory(proxy_policy([http_origin.cidr], ports=[http_origin.port], proxy={"head_timeout_s": 1.0}))
+def own_proxy(proxy_factory: ProxyFactory, http_origin: Origin) -> ProxyProcess:
+    return proxy_factory(_head_deadline_policy(http_origin))
 
 
 def test_curl_get_is_forwarded_with_host_from_the_uri_and_no_proxy_headers(
@@ -131,8 +153,9 @@ def test_post_body_is_forwarded_intact(proxy: ProxyProcess, http_origin: Origin)
 
 
 def test_keep_alive_reuses_client_and_upstream_connections(
-    proxy: ProxyProcess, http_origin: Origin, peers: list[tuple[str, int]]
+    own_proxy: ProxyProcess, http_origin: Origin, peers: list[tuple[str, int]]
 ) -> None:
+    proxy = own_proxy  # a fresh pool and audit file: every connection and close line is this test's
     with httpx.Client(proxy=proxy.url, timeout=10) as client:
         for _ in range(5):
             assert client.get(http_origin.url("/")).status_code == 200
@@ -277,7 +300,8 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_idle_time(
         assert _closed_within(sock, 8) != "open"
 
 
-def test_origin_reset_mid_body_reaches_the_client_as_an_error(proxy: ProxyProcess, http_origin: Origin) -> None:
+def test_origin_reset_mid_body_reaches_the_client_as_an_error(own_proxy: ProxyProcess, http_origin: Origin) -> None:
+    proxy = own_proxy  # an audit file of its own: the last close line is this test's
     with httpx.Client(proxy=proxy.url, timeout=10) as client, pytest.raises(httpx.HTTPError):
         client.get(http_origin.url("/reset"))
     lines = proxy.wait_audit(lambda lines: any(line["event"] == "close" for line in lines))

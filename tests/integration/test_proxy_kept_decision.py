@@ -22,8 +22,8 @@ from aiohttp import web
 from tests.harness import proxy as support
 from tests.harness.dns import FakeDNS
 from tests.harness.origins import Origin, OriginFactory
+from tests.harness.principals import policy_generation
 from tests.harness.proxy import ProxyProcess, proxy_policy
-from tests.integration.test_permissions_e2e import policy_generation
 
 ProxyFactory = Callable[..., ProxyProcess]
 proxy_factory = support.proxy_factory

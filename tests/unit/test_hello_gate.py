@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from gateway.proxy.tls.hello_gate import (
-    HELLO_RETRY_REQUEST_RANDOM,
     MAX_HELD_BYTES,
     GateState,
     HelloGate,
@@ -13,19 +12,11 @@ from gateway.proxy.tls.hello_gate import (
     classify_server_flight,
 )
 from gateway.proxy.tls.sni import ClientHelloPeek, PeekStatus
-from tests.unit.test_sni import client_hello
+from tests.harness.tls_records import CHANGE_CIPHER_SPEC, HRR, client_hello, server_hello
 
 ALLOWED = "docs.example.org"
-CHANGE_CIPHER_SPEC = b"\x14\x03\x03\x00\x01\x01"
 
 
-def server_hello(random: bytes) -> bytes:
-    body = b"\x03\x03" + random + b"\x00" + b"\x13\x01" + b"\x00" + b"\x00\x06\x00\x2b\x00\x02\x03\x04"
-    handshake = b"\x02" + len(body).to_bytes(3, "big") + body
-    return b"\x16\x03\x03" + len(handshake).to_bytes(2, "big") + handshake
-
-
-HRR = server_hello(HELLO_RETRY_REQUEST_RANDOM)
 REAL_SERVER_HELLO = server_hello(b"\x11" * 32)
 
 

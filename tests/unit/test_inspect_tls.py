@@ -29,8 +29,7 @@ from gateway.inspect.authority import (
 )
 from gateway.inspect.leaves import LeafContexts
 from gateway.inspect.terminator import TlsTerminator, check_offered_alpn
-from tests.unit.test_hello_gate import CHANGE_CIPHER_SPEC
-from tests.unit.test_sni import client_hello
+from tests.harness.tls_records import CHANGE_CIPHER_SPEC, client_hello, without_key_shares
 
 HOST = "api.example.org"
 
@@ -210,27 +209,6 @@ def test_a_client_hello_naming_another_host_is_host_mismatch(leaves: LeafContext
     with pytest.raises(GatewayError) as caught:
         server.handshake()
     assert caught.value.code == ErrorCode.HOST_MISMATCH
-
-
-def without_key_shares(hello: bytes) -> bytes:
-    """A real ClientHello with an empty key_share list, so a TLS 1.3 server must send a
-    HelloRetryRequest (lengths rewritten; everything else as Python's client sent it)."""
-    body = hello[9:]
-    pos = 2 + 32
-    pos += 1 + body[pos]
-    pos += 2 + int.from_bytes(body[pos : pos + 2], "big")
-    pos += 1 + body[pos]
-    length = int.from_bytes(body[pos : pos + 2], "big")
-    extensions, rebuilt, index = body[pos + 2 : pos + 2 + length], b"", 0
-    while index < len(extensions):
-        kind = int.from_bytes(extensions[index : index + 2], "big")
-        size = int.from_bytes(extensions[index + 2 : index + 4], "big")
-        data = b"\x00\x00" if kind == 51 else extensions[index + 4 : index + 4 + size]
-        index += 4 + size
-        rebuilt += kind.to_bytes(2, "big") + len(data).to_bytes(2, "big") + data
-    body = body[:pos] + len(rebuilt).to_bytes(2, "big") + rebuilt
-    handshake = b"\x01" + len(body).to_bytes(3, "big") + body
-    return b"\x16\x03\x01" + len(handshake).to_bytes(2, "big") + handshake
 
 
 @pytest.mark.parametrize(("second", "refused"), [(HOST, False), ("other.example.org", True)], ids=["same", "other"])

@@ -263,6 +263,7 @@ def test_bad_limits_are_invalid_input() -> None:
         ),
     ],
 )
+@pytest.mark.slow  # seconds of CPU: left out of make test-fast
 @pytest.mark.timeout(30)
 def test_pathological_pages_finish_without_recursion_errors(html: str) -> None:
     # Speed belongs to bench/; the timeout only turns a quadratic blow-up into a named failure.

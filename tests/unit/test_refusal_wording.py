@@ -8,7 +8,7 @@ import pytest
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.tools.search.registry import engines_from_settings
-from tests.unit.test_search_aggregate import BING, DDG, QUERY, ScriptedTransport, aggregator
+from tests.harness.search_engines import BING, DDG, QUERY, ScriptedTransport, aggregator
 
 
 @pytest.mark.parametrize(

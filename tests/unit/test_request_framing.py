@@ -7,7 +7,6 @@ request (or a pipeline) produces, in reads of several sizes where the split matt
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
 
 import httptools
 import pytest
@@ -21,35 +20,9 @@ from gateway.proxy.http1.request_framing import (
     RequestEnd,
     RequestFraming,
 )
-from gateway.proxy.http1.request_framing import RequestEvent as AnyRequestEvent
-
-
-@dataclass
-class RequestHead:
-    """What a head is made into here: the parse as the framing hands it to its owner's `new_head`."""
-
-    method: bytes
-    url: bytes
-    client_head: bytes
-    fields: bytes
-    authorization: bytes | None
-    connection_named: frozenset[bytes]
-    chunked: bool
-    http10: bool
-    keep_alive: bool
-
-
-RequestEvent = AnyRequestEvent[RequestHead]
+from tests.harness.request_events import RequestEvent, RequestHead, events_of
 
 GET = b"GET http://a.example.org/ HTTP/1.1\r\nHost: a.example.org\r\n\r\n"
-
-
-def events_of(data: bytes, read_size: int = 65536) -> list[RequestEvent]:
-    framing = RequestFraming(RequestHead, HeadMemos())
-    events: list[RequestEvent] = []
-    for start in range(0, len(data), read_size):
-        events += framing.feed(data[start : start + read_size])
-    return events
 
 
 def body_of(events: list[RequestEvent]) -> bytes:
@@ -205,6 +178,7 @@ def test_nothing_is_parsed_after_a_refusal() -> None:
         pytest.param(b"BREW / HTTP/1.1\r\n\r\n", id="malformed"),
     ],
 )
+@pytest.mark.slow  # a full collection of the heap per case: left out of make test-fast
 def test_a_framing_done_parsing_leaves_no_reference_cycle(data: bytes) -> None:
     # The parser holds the framing's callbacks: once nothing more is parsed, the framing lets go of
     # it, so a tunnel's or a refused connection's framing is freed without the garbage collector.

@@ -28,7 +28,7 @@ from gateway.proxy.http1.request_framing import (
     RequestFraming,
 )
 from gateway.proxy.http1.request_head import forwarded_lines, read_field_block, request_fields
-from tests.unit.test_request_framing import RequestEvent, RequestHead, events_of
+from tests.harness.request_events import RequestEvent, RequestHead, events_of
 
 SIX_FIELDS = (
     b"GET http://a.example.org/p?q=1 HTTP/1.1\r\nHost: a.example.org\r\nUser-Agent: agent/1.0\r\n"

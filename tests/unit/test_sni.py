@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import random
-import ssl
 
 import pytest
 
 from gateway.proxy.tls.sni import MAX_PEEK_BYTES, PeekStatus, peek_client_hello
-
-
-def client_hello(server_name: str | None) -> bytes:
-    """The first flight Python's TLS client sends, captured through memory BIOs."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = context.wrap_bio(incoming, outgoing, server_hostname=server_name)
-    with pytest.raises(ssl.SSLWantReadError):
-        tls.do_handshake()
-    return outgoing.read()
+from tests.harness.tls_records import client_hello
 
 
 def split_into_records(hello: bytes, size: int) -> bytes:

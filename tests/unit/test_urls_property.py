@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -94,6 +95,7 @@ def test_vet_url_on_arbitrary_text_accepts_a_fixed_point_or_refuses_as_unsafe_ur
     assert_url_is_a_fixed_point(raw)
 
 
+@pytest.mark.slow  # 300 examples: left out of make test-fast
 @FAST
 @given(urls)
 @example("http://[]@")  # yarl 1.25 raised IndexError on an empty host after brackets
@@ -108,6 +110,7 @@ def test_vet_host_on_arbitrary_text_accepts_a_fixed_point_or_refuses_as_unsafe_u
     assert_host_is_a_fixed_point(raw)
 
 
+@pytest.mark.slow  # 300 examples: left out of make test-fast
 @FAST
 @given(hosts)
 def test_vet_host_on_host_shaped_text_accepts_a_fixed_point_or_refuses_as_unsafe_url(raw: str) -> None:

@@ -19,7 +19,6 @@ from typing import Protocol
 
 from gateway.credentials.guard import OutboundGuard, content_encoding
 from gateway.credentials.screen import RequestFacts as OutboundFacts
-from gateway.credentials.screen import scan_settings_for
 from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import GatewayError
@@ -188,19 +187,13 @@ class ForwardDispatcher:
         facts = OutboundFacts(
             self.outbound_kind, principal.name, self.outbound_scheme, forward.host.name, forward.port, method, path
         )
-        refusal = guard.screen_request(
-            facts, policy, principal, url=exchange.url, fields=exchange.fields, generation=loaded.generation
-        )
-        if refusal is None and self.outbound_scheme == "https" and guard.held.by_name:
-            # Inside the binding: the placeholder becomes the real value, and the response is
-            # scrubbed of it on its way back (`forward.UpstreamConnection.data_received`).
-            try:
-                exchange.fields = guard.inject(facts, exchange.fields, loaded.generation)
-            except GatewayError as error:
-                refusal = error
-            else:
-                exchange.scrubber = guard.scrubber(facts, scan_settings_for(policy, principal).body_window_bytes)
-        if refusal is not None:
+        try:
+            # Inside a binding (https): the placeholder becomes the real value, and the response
+            # is scrubbed of it on its way back (`forward.UpstreamConnection.data_received`).
+            exchange.fields, exchange.scrubber = guard.guard_head(
+                facts, policy, principal, url=exchange.url, fields=exchange.fields, generation=loaded.generation
+            )
+        except GatewayError as refusal:
             self._deny(exchange, refusal, loaded, principal, forward)
             return False
         if not exchange.body_done:
