@@ -82,7 +82,9 @@ def _lines_of_note() -> re.Pattern[bytes]:
 
 
 _LINES_OF_NOTE = _lines_of_note()
-# What `split` gives per line of note: the kept bytes before it, then its four groups.
+# What `split` gives per line of note: the kept bytes before it (offset 0), then its four groups
+# at these offsets (`_lines_of_note`'s groups 1 to 4).
+_CONNECTION_VALUE, _CODING, _AUTHORIZATION, _DROPPED = 1, 2, 3, 4
 _STRIDE = 5
 _CONTENT_LENGTH = re.compile(rb"\r\n" + any_case(b"content-length") + rb":[ \t]*([0-9]+)")
 
@@ -188,13 +190,11 @@ def _field_rules(pieces: list[bytes | None]) -> tuple[bytes | None, bool]:
     lines of note in the order they came (the first broken one is the one refused)."""
     rules = _FieldRules()
     authorization: bytes | None = None
-    for index in range(1, len(pieces) - 1, _STRIDE):
-        value = pieces[index + 2]
+    for coding, value in zip(pieces[_CODING::_STRIDE], pieces[_AUTHORIZATION::_STRIDE], strict=True):
         if value is not None:
             rules.authorization_field()
             authorization = value
             continue
-        coding = pieces[index + 1]
         if coding is not None:
             rules.coding_field(coding)
     return authorization, rules.chunked
@@ -253,18 +253,19 @@ def _read_field_block(block: bytes, head_bytes: int, memos: HeadMemos) -> ReadFi
         fields = block[:-4]
     elif count == 1 + _STRIDE:
         # One line of note, nearly always Host: read without slicing the list.
-        connection, coding, authorization, dropped = pieces[1], pieces[2], pieces[3], pieces[4]
+        connection, coding = pieces[_CONNECTION_VALUE], pieces[_CODING]
+        authorization, dropped = pieces[_AUTHORIZATION], pieces[_DROPPED]
         chunked = coding is not None
         if chunked:
             _field_rules(pieces)
         values = [connection] if connection is not None else []
         irregular = connection is None and not chunked and authorization is None and dropped is None
-        rest = pieces[5]
+        rest = pieces[_STRIDE]
         assert rest is not None  # the bytes after the line of note
         fields = pieces[0] + rest[:-4]
     else:
         authorization, chunked = _field_rules(pieces)
-        values = [value for value in pieces[1::_STRIDE] if value is not None]
+        values = [value for value in pieces[_CONNECTION_VALUE::_STRIDE] if value is not None]
         # Each line of note but an irregular one has one group that is not None.
         irregular = pieces.count(None) > (len(pieces) // _STRIDE) * (_STRIDE - 2)
         fields = b"".join(pieces[::_STRIDE])[:-4]
