@@ -97,3 +97,30 @@ def test_random_bytes_never_raise(seed: int) -> None:
     rng = random.Random(seed)  # deterministic fuzz: a failure names its seed
     data = b"\x16\x03" + bytes(rng.randrange(256) for _ in range(rng.randrange(0, 600)))
     assert peek_client_hello(data).status in set(PeekStatus)
+
+
+def _hello_with_alpn(alpn_extension_data: bytes) -> bytes:
+    """A ClientHello record whose only extension is ALPN (16) with these bytes."""
+    body = b"\x03\x03" + b"\x11" * 32 + b"\x00" + b"\x00\x02\x13\x01" + b"\x01\x00"
+    extension = (16).to_bytes(2, "big") + len(alpn_extension_data).to_bytes(2, "big") + alpn_extension_data
+    body += len(extension).to_bytes(2, "big") + extension
+    handshake = b"\x01" + len(body).to_bytes(3, "big") + body
+    return b"\x16\x03\x01" + len(handshake).to_bytes(2, "big") + handshake
+
+
+def test_a_well_formed_alpn_list_is_read() -> None:
+    peek = peek_client_hello(_hello_with_alpn(b"\x00\x0c\x02h2\x08http/1.1"))
+    assert (peek.status, peek.alpn) == (PeekStatus.COMPLETE, ("h2", "http/1.1"))
+
+
+@pytest.mark.parametrize(
+    "alpn_extension_data",
+    [
+        pytest.param(b"\x00\x03\x02h2" + b"x", id="trailing-byte-after-the-list"),
+        pytest.param(b"\x00\x04\x00\x02h2", id="empty-protocol-name"),
+        pytest.param(b"\x00\x05\x08h2", id="name-longer-than-the-list"),
+    ],
+)
+def test_an_alpn_list_a_server_would_reject_is_malformed(alpn_extension_data: bytes) -> None:
+    # RFC 7301 3.1: the checker refuses what the server would refuse, rather than read it its own way.
+    assert peek_client_hello(_hello_with_alpn(alpn_extension_data)).status is PeekStatus.MALFORMED

@@ -145,12 +145,20 @@ def _server_name(extension: bytes) -> str | ClientHelloPeek:
     return found
 
 
-def _alpn(extension: bytes) -> tuple[str, ...]:
+def _alpn(extension: bytes) -> tuple[str, ...] | ClientHelloPeek:
+    # RFC 7301 section 3.1: one ProtocolNameList filling the extension, each name 1 to 255 bytes.
+    # A list the server would reject with decode_error is refused here too, rather than read
+    # differently from the server that gets it (as for server_name above).
     reader = _Reader(extension)
     names = _Reader(reader.vector(2))
+    if reader.pos != len(extension):
+        return _malformed("trailing bytes after the ALPN protocol list")
     offered: list[str] = []
     while names.pos < len(names.data):
-        offered.append(names.vector(1).decode("ascii", "replace"))
+        name = names.vector(1)
+        if not name:
+            return _malformed("an empty ALPN protocol name")
+        offered.append(name.decode("ascii", "replace"))
     return tuple(offered)
 
 
@@ -183,7 +191,10 @@ def parse_client_hello(body: bytes) -> ClientHelloPeek:
                     return parsed
                 server_name = parsed
             elif ext_type == EXTENSION_ALPN:
-                alpn = _alpn(ext_data)
+                offered = _alpn(ext_data)
+                if isinstance(offered, ClientHelloPeek):
+                    return offered
+                alpn = offered
     except IndexError:
         return _malformed("ClientHello is truncated inside a length-prefixed field")
     return ClientHelloPeek(PeekStatus.COMPLETE, server_name, alpn=alpn)
