@@ -272,10 +272,11 @@ class Topology:
         path = self.gateway_dir / "audit.log"
         return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
-    def wait_audit(self, predicate: Any, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+    def wait_audit(self, predicate: Any, timeout_s: float = 5.0, count: int = 1) -> list[dict[str, Any]]:
+        """The audit lines once `count` of them match `predicate` (or the deadline passes)."""
         deadline = time.monotonic() + timeout_s
         lines = self.audit()
-        while not any(predicate(line) for line in lines) and time.monotonic() < deadline:
+        while sum(1 for line in lines if predicate(line)) < count and time.monotonic() < deadline:
             time.sleep(0.02)
             lines = self.audit()
         return lines
