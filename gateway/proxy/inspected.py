@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -149,6 +150,7 @@ class InspectDispatcher(ForwardDispatcher):
     # Requests inside terminated TLS: a credential's binding (https only) can hold for them.
     outbound_scheme = "https"
     outbound_kind = KIND
+    dial_seconds = _INSPECT_LATENCY
 
     def __init__(
         self,
@@ -238,25 +240,8 @@ class InspectDispatcher(ForwardDispatcher):
         )
         client.refuse_exchange(exchange, error)
 
-    async def _send_on_fresh_connection(self, exchange: ForwardExchange, head: bytes, timeout_s: float) -> None:
-        target = exchange.target
-        assert target is not None
-        pool = self.pool
-        started = time.perf_counter()
-        try:
-            context = await self.trust.context()
-            _, upstream, address = await open_pinned_connection(
-                target, lambda: UpstreamConnection(pool, ("", "", "", 0)), timeout_s=timeout_s, tls=context
-            )
-        except GatewayError as error:
-            exchange.client.fail_exchange(exchange, str(error.code), error.message)
-            return
-        _INSPECT_LATENCY.observe(time.perf_counter() - started)
-        upstream.key = (exchange.principal, address, target.name, target.port)
-        if exchange.client.closed:
-            upstream.close()
-            return
-        upstream.start(exchange, head)
+    async def upstream_tls(self) -> ssl.SSLContext:
+        return await self.trust.context()
 
 
 class InspectedClient(ClientConnection):

@@ -14,6 +14,7 @@ Never writes to the client itself: refusals and failures go back through the exc
 
 from __future__ import annotations
 
+import ssl
 import time
 from typing import Protocol
 
@@ -82,6 +83,8 @@ class ForwardDispatcher:
     # binding never holds for it); the inspected dispatcher's are https.
     outbound_scheme = "http"
     outbound_kind = "http"
+    # Where a fresh upstream connection's dial time is counted (the inspected dispatcher has its own).
+    dial_seconds = _HTTP_LATENCY
 
     def __init__(
         self,
@@ -334,19 +337,25 @@ class ForwardDispatcher:
             self._audit_paths.put(origin_form, path)
         return path
 
+    async def upstream_tls(self) -> ssl.SSLContext | None:
+        """The TLS a fresh upstream connection is wrapped in: none for plain HTTP; the inspected
+        dispatcher answers the gateway's trust store (never the interception CA)."""
+        return None
+
     async def _send_on_fresh_connection(self, exchange: ForwardExchange, head: bytes, timeout_s: float) -> None:
         target = exchange.target
         assert target is not None
         pool = self.pool
         started = time.perf_counter()
         try:
+            tls = await self.upstream_tls()
             _, upstream, address = await open_pinned_connection(
-                target, lambda: UpstreamConnection(pool, ("", "", "", 0)), timeout_s=timeout_s
+                target, lambda: UpstreamConnection(pool, ("", "", "", 0)), timeout_s=timeout_s, tls=tls
             )
         except GatewayError as error:
             exchange.client.fail_exchange(exchange, str(error.code), error.message)
             return
-        _HTTP_LATENCY.observe(time.perf_counter() - started)
+        self.dial_seconds.observe(time.perf_counter() - started)
         upstream.key = (exchange.principal, address, target.name, target.port)
         if exchange.client.closed:
             upstream.close()
