@@ -14,6 +14,7 @@ Never opens a socket, never writes to a client.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from gateway.credentials.inject import Scrubber, inject_credentials
 from gateway.credentials.screen import RequestFacts, Screening, bound_to, judge, scan_settings_for
@@ -49,13 +50,8 @@ class OutboundGuard:
             for finding in findings:
                 metrics.SCAN_FINDINGS.labels(str(finding.tier), action, finding.where).inc()
             if findings:
-                self.audit.write(
-                    "security",
-                    kind=facts.kind,
-                    principal=facts.principal,
-                    host=facts.host,
-                    port=facts.port,
-                    method=facts.method,
+                self._security_line(
+                    facts,
                     # A path that carried a finding is not written: the line never holds the text.
                     path=None if any(f.where == URL for f in findings) else facts.path,
                     action=action,
@@ -63,6 +59,19 @@ class OutboundGuard:
                     generation=generation,
                     findings=[finding.audit() for finding in findings],
                 )
+
+    def _security_line(self, facts: RequestFacts, *, path: str | None, **fields: Any) -> None:
+        """One `security` audit line about this request: who sent it where, and what was done."""
+        self.audit.write(
+            "security",
+            kind=facts.kind,
+            principal=facts.principal,
+            host=facts.host,
+            port=facts.port,
+            method=facts.method,
+            path=path,
+            **fields,
+        )
 
     def _judge(
         self, facts: RequestFacts, findings: Iterable[Finding], scan: ScanSettings, generation: int | None
@@ -155,13 +164,8 @@ class OutboundGuard:
         fields, injected = inject_credentials(self.store.current, facts, fields)
         for item in injected:
             metrics.CREDENTIAL_INJECTIONS.labels(item.kind).inc()
-            self.audit.write(
-                "security",
-                kind=facts.kind,
-                principal=facts.principal,
-                host=facts.host,
-                port=facts.port,
-                method=facts.method,
+            self._security_line(
+                facts,
                 path=facts.path,
                 action="inject",
                 credential=item.credential,
@@ -180,13 +184,8 @@ class OutboundGuard:
     def scrubbed(self, facts: RequestFacts, count: int) -> None:
         """The `security` line and count of a response whose values were replaced."""
         metrics.CREDENTIAL_SCRUBS.labels("response").inc(count)
-        self.audit.write(
-            "security",
-            kind=facts.kind,
-            principal=facts.principal,
-            host=facts.host,
-            port=facts.port,
-            method=facts.method,
+        self._security_line(
+            facts,
             path=facts.path,
             action="scrub",
             scrubbed=count,
