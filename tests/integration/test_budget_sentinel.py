@@ -88,7 +88,12 @@ def test_a_primary_killed_mid_run_fails_closed_then_recovers_without_over_spendi
     assert all(r.json()["error"]["retryable"] for r in during)
     assert gateway.process is not None
     assert gateway.process.poll() is None
-    assert redis_sentinel.primary_port() not in (None, old_primary)
+    # The sentinel that led the failover can answer before the others have taken in the new
+    # primary's announcement; until they agree, primary_port() is None. Bounded wait for that.
+    deadline = time.monotonic() + 10
+    while (new_primary := redis_sentinel.primary_port()) in (None, old_primary) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert new_primary not in (None, old_primary)
 
     # Spend the rest: the budget holds exactly across the failover, none granted twice or lost.
     granted_after = 1
