@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, Literal
 
 
@@ -52,39 +53,41 @@ class ErrorCode(StrEnum):
     TLS_UNTRUSTED = "tls_untrusted"
 
 
-HTTP_STATUS: dict[ErrorCode, int] = {
-    ErrorCode.INVALID_INPUT: 400,
-    ErrorCode.UNSAFE_URL: 400,
-    ErrorCode.BLOCKED_DESTINATION: 403,
-    ErrorCode.POLICY_DENIED: 403,
-    ErrorCode.AUTH_REQUIRED: 407,
-    ErrorCode.DNS_FAILURE: 502,
-    ErrorCode.CONNECT_FAILURE: 502,
-    ErrorCode.REDIRECT_BLOCKED: 403,
-    ErrorCode.TOO_LARGE: 502,
-    ErrorCode.UNSUPPORTED_CONTENT: 415,
-    ErrorCode.CHALLENGED: 403,
-    ErrorCode.ROBOTS_DISALLOWED: 403,
-    ErrorCode.UPSTREAM_STATUS: 502,
-    ErrorCode.TIMEOUT: 504,
-    ErrorCode.CONTENT_CHANGED: 409,
-    ErrorCode.QUOTA_EXHAUSTED: 429,
-    ErrorCode.CONCURRENCY_LIMITED: 429,
-    ErrorCode.COOLDOWN: 429,
-    ErrorCode.RATE_LIMITED: 503,
-    ErrorCode.UNAVAILABLE: 503,
-    ErrorCode.STORE_UNAVAILABLE: 503,
-    ErrorCode.POLICY_CHANGED: 409,
-    ErrorCode.INVALID_RUN_TOKEN: 403,
-    ErrorCode.DESTINATION_MISMATCH: 403,
-    ErrorCode.PROTOCOL_UNKNOWN: 403,
-    ErrorCode.AUDIT_UNAVAILABLE: 503,
-    ErrorCode.CREDENTIAL_MISUSE: 403,
-    ErrorCode.SECRET_DETECTED: 403,
-    ErrorCode.HOST_MISMATCH: 400,
-    ErrorCode.INSPECTION_UNSUPPORTED: 501,
-    ErrorCode.TLS_UNTRUSTED: 502,
-}
+HTTP_STATUS: Mapping[ErrorCode, int] = MappingProxyType(
+    {
+        ErrorCode.INVALID_INPUT: 400,
+        ErrorCode.UNSAFE_URL: 400,
+        ErrorCode.BLOCKED_DESTINATION: 403,
+        ErrorCode.POLICY_DENIED: 403,
+        ErrorCode.AUTH_REQUIRED: 407,
+        ErrorCode.DNS_FAILURE: 502,
+        ErrorCode.CONNECT_FAILURE: 502,
+        ErrorCode.REDIRECT_BLOCKED: 403,
+        ErrorCode.TOO_LARGE: 502,
+        ErrorCode.UNSUPPORTED_CONTENT: 415,
+        ErrorCode.CHALLENGED: 403,
+        ErrorCode.ROBOTS_DISALLOWED: 403,
+        ErrorCode.UPSTREAM_STATUS: 502,
+        ErrorCode.TIMEOUT: 504,
+        ErrorCode.CONTENT_CHANGED: 409,
+        ErrorCode.QUOTA_EXHAUSTED: 429,
+        ErrorCode.CONCURRENCY_LIMITED: 429,
+        ErrorCode.COOLDOWN: 429,
+        ErrorCode.RATE_LIMITED: 503,
+        ErrorCode.UNAVAILABLE: 503,
+        ErrorCode.STORE_UNAVAILABLE: 503,
+        ErrorCode.POLICY_CHANGED: 409,
+        ErrorCode.INVALID_RUN_TOKEN: 403,
+        ErrorCode.DESTINATION_MISMATCH: 403,
+        ErrorCode.PROTOCOL_UNKNOWN: 403,
+        ErrorCode.AUDIT_UNAVAILABLE: 503,
+        ErrorCode.CREDENTIAL_MISUSE: 403,
+        ErrorCode.SECRET_DETECTED: 403,
+        ErrorCode.HOST_MISMATCH: 400,
+        ErrorCode.INSPECTION_UNSUPPORTED: 501,
+        ErrorCode.TLS_UNTRUSTED: 502,
+    }
+)
 
 # A retry can succeed without the caller changing anything.
 RETRYABLE: frozenset[ErrorCode] = frozenset(

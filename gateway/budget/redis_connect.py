@@ -14,7 +14,9 @@ command (redis-py connects lazily), never reads the environment, and never logs 
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -34,14 +36,16 @@ DEFAULT_SENTINEL_PORT = 26379
 
 Topology = Literal["single", "sentinel", "cluster"]
 
-_SCHEMES: dict[str, tuple[Topology, bool]] = {
-    "redis": ("single", False),
-    "rediss": ("single", True),
-    "redis+sentinel": ("sentinel", False),
-    "rediss+sentinel": ("sentinel", True),
-    "redis+cluster": ("cluster", False),
-    "rediss+cluster": ("cluster", True),
-}
+_SCHEMES: Mapping[str, tuple[Topology, bool]] = MappingProxyType(
+    {
+        "redis": ("single", False),
+        "rediss": ("single", True),
+        "redis+sentinel": ("sentinel", False),
+        "rediss+sentinel": ("sentinel", True),
+        "redis+cluster": ("cluster", False),
+        "rediss+cluster": ("cluster", True),
+    }
+)
 
 
 class RedisUrlError(ValueError):

@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import aiodns
 import aiodns.error
@@ -40,14 +41,16 @@ class Resolution:
     cached: bool = False
 
 
-_FAILURE_REASONS = {
-    pycares.errno.ARES_ENOTFOUND: "NXDOMAIN",
-    pycares.errno.ARES_ESERVFAIL: "SERVFAIL",
-    pycares.errno.ARES_ETIMEOUT: "timed out",
-    pycares.errno.ARES_EREFUSED: "REFUSED",
-    pycares.errno.ARES_ECONNREFUSED: "nameserver refused the connection",
-    pycares.errno.ARES_ENODATA: "no A/AAAA answer",
-}
+_FAILURE_REASONS = MappingProxyType(
+    {
+        pycares.errno.ARES_ENOTFOUND: "NXDOMAIN",
+        pycares.errno.ARES_ESERVFAIL: "SERVFAIL",
+        pycares.errno.ARES_ETIMEOUT: "timed out",
+        pycares.errno.ARES_EREFUSED: "REFUSED",
+        pycares.errno.ARES_ECONNREFUSED: "nameserver refused the connection",
+        pycares.errno.ARES_ENODATA: "no A/AAAA answer",
+    }
+)
 
 
 class Resolver:

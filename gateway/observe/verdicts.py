@@ -7,6 +7,9 @@ Never writes a line, never touches a metric.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from gateway.errors import ErrorCode
 
 # Codes that are the policy's (or its budgets') verdict: the line's `decision` is `deny`.
@@ -30,55 +33,61 @@ POLICY_CODES: frozenset[str] = frozenset(
     }
 )
 # What happened after the verdict, by error code (anything unlisted is `error`).
-_OUTCOME_BY_CODE: dict[str, str] = {
-    ErrorCode.INVALID_INPUT: "invalid_request",
-    ErrorCode.DNS_FAILURE: "dns_error",
-    ErrorCode.CONNECT_FAILURE: "connect_error",
-    ErrorCode.UPSTREAM_STATUS: "upstream_error",
-    ErrorCode.RATE_LIMITED: "upstream_error",
-    ErrorCode.UNAVAILABLE: "upstream_error",
-    ErrorCode.CHALLENGED: "upstream_error",
-    ErrorCode.UNSUPPORTED_CONTENT: "upstream_error",
-    ErrorCode.TIMEOUT: "timeout",
-    ErrorCode.TOO_LARGE: "too_large",
-    ErrorCode.CONTENT_CHANGED: "content_changed",
-    ErrorCode.STORE_UNAVAILABLE: "store_unavailable",
-    ErrorCode.POLICY_CHANGED: "policy_changed",
-}
+_OUTCOME_BY_CODE: Mapping[str, str] = MappingProxyType(
+    {
+        ErrorCode.INVALID_INPUT: "invalid_request",
+        ErrorCode.DNS_FAILURE: "dns_error",
+        ErrorCode.CONNECT_FAILURE: "connect_error",
+        ErrorCode.UPSTREAM_STATUS: "upstream_error",
+        ErrorCode.RATE_LIMITED: "upstream_error",
+        ErrorCode.UNAVAILABLE: "upstream_error",
+        ErrorCode.CHALLENGED: "upstream_error",
+        ErrorCode.UNSUPPORTED_CONTENT: "upstream_error",
+        ErrorCode.TIMEOUT: "timeout",
+        ErrorCode.TOO_LARGE: "too_large",
+        ErrorCode.CONTENT_CHANGED: "content_changed",
+        ErrorCode.STORE_UNAVAILABLE: "store_unavailable",
+        ErrorCode.POLICY_CHANGED: "policy_changed",
+    }
+)
 # Close reasons of tunnels and forwarded requests, as outcomes.
-_OUTCOME_BY_CLOSE: dict[str, str] = {
-    "done": "ok",
-    "client_closed": "ok",
-    "upstream_closed": "ok",
-    "client_reset": "client_gone",
-    "client_gone": "client_gone",
-    "abandoned": "client_gone",
-    "upstream_reset": "upstream_error",
-    "idle_timeout": "timeout",
-    "max_lifetime": "limit",
-    "sni_denied": "denied",
-    "draining": "shutdown",
-    "shutdown": "shutdown",
-}
+_OUTCOME_BY_CLOSE: Mapping[str, str] = MappingProxyType(
+    {
+        "done": "ok",
+        "client_closed": "ok",
+        "upstream_closed": "ok",
+        "client_reset": "client_gone",
+        "client_gone": "client_gone",
+        "abandoned": "client_gone",
+        "upstream_reset": "upstream_error",
+        "idle_timeout": "timeout",
+        "max_lifetime": "limit",
+        "sni_denied": "denied",
+        "draining": "shutdown",
+        "shutdown": "shutdown",
+    }
+)
 # The rule a refusal names when its caller knew no more precise one (docs/reference/audit-log.md):
 # the check that refused, by its code.
-_RULE_BY_CODE: dict[str, str] = {
-    ErrorCode.AUTH_REQUIRED: "credentials",
-    ErrorCode.UNSAFE_URL: "url_guard",
-    ErrorCode.BLOCKED_DESTINATION: "address_guard",
-    ErrorCode.POLICY_DENIED: "default_deny",
-    ErrorCode.REDIRECT_BLOCKED: "redirects",
-    ErrorCode.ROBOTS_DISALLOWED: "robots",
-    ErrorCode.QUOTA_EXHAUSTED: "budgets",
-    ErrorCode.CONCURRENCY_LIMITED: "budgets",
-    ErrorCode.COOLDOWN: "budgets",
-    ErrorCode.AUDIT_UNAVAILABLE: "audit_on_failure",
-    ErrorCode.INVALID_RUN_TOKEN: "run_tokens",
-    ErrorCode.DESTINATION_MISMATCH: "transparent.destination",
-    ErrorCode.PROTOCOL_UNKNOWN: "transparent.raw_tcp",
-    ErrorCode.CREDENTIAL_MISUSE: "credentials",
-    ErrorCode.SECRET_DETECTED: "scan",
-}
+_RULE_BY_CODE: Mapping[str, str] = MappingProxyType(
+    {
+        ErrorCode.AUTH_REQUIRED: "credentials",
+        ErrorCode.UNSAFE_URL: "url_guard",
+        ErrorCode.BLOCKED_DESTINATION: "address_guard",
+        ErrorCode.POLICY_DENIED: "default_deny",
+        ErrorCode.REDIRECT_BLOCKED: "redirects",
+        ErrorCode.ROBOTS_DISALLOWED: "robots",
+        ErrorCode.QUOTA_EXHAUSTED: "budgets",
+        ErrorCode.CONCURRENCY_LIMITED: "budgets",
+        ErrorCode.COOLDOWN: "budgets",
+        ErrorCode.AUDIT_UNAVAILABLE: "audit_on_failure",
+        ErrorCode.INVALID_RUN_TOKEN: "run_tokens",
+        ErrorCode.DESTINATION_MISMATCH: "transparent.destination",
+        ErrorCode.PROTOCOL_UNKNOWN: "transparent.raw_tcp",
+        ErrorCode.CREDENTIAL_MISUSE: "credentials",
+        ErrorCode.SECRET_DETECTED: "scan",
+    }
+)
 OUTCOMES: frozenset[str] = frozenset(
     {"ok", "denied", "error", "limit", "shutdown", "audit_unavailable"}
     | set(_OUTCOME_BY_CODE.values())

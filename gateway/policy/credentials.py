@@ -27,10 +27,10 @@ from gateway.policy.model import (
 )
 from gateway.policy.node_reader import NodeReader
 
-CREDENTIAL_KEYS = {"placeholder_key", "entries"}
-ENTRY_KEYS = {"name", "source", "inject", "bind", "require", "placeholder", "agent_env"}
-BIND_KEYS = {"hosts", "ports", "methods", "paths", "principals"}
-SCAN_KEYS = {"tier1", "tier2", "tier3", "body_window_bytes"}
+CREDENTIAL_KEYS = frozenset({"placeholder_key", "entries"})
+ENTRY_KEYS = frozenset({"name", "source", "inject", "bind", "require", "placeholder", "agent_env"})
+BIND_KEYS = frozenset({"hosts", "ports", "methods", "paths", "principals"})
+SCAN_KEYS = frozenset({"tier1", "tier2", "tier3", "body_window_bytes"})
 SCAN_ACTIONS = ("deny", "report", "off")
 MAX_CREDENTIALS = 256
 # A placeholder's random part: 22 characters of [A-Za-z0-9] carry 131 bits (16+ random bytes).

@@ -23,8 +23,8 @@ from gateway.policy.request_rules import (
     ValueMatcher,
 )
 
-ENTRY_KEYS = {"host", "ports", "access", "allow", "deny", "mode"}
-RULE_KEYS = {"id", "methods", "paths", "query", "headers"}
+ENTRY_KEYS = frozenset({"host", "ports", "access", "allow", "deny", "mode"})
+RULE_KEYS = frozenset({"id", "methods", "paths", "query", "headers"})
 MAX_ENTRIES = 256
 MAX_RULES = 256
 _METHOD = re.compile(r"^[A-Z][A-Z-]{0,31}$")

@@ -11,7 +11,10 @@ Never reads a file, never decides anything, never raises on a malformed node (it
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import fields, replace
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import idna
@@ -34,7 +37,7 @@ class NodeReader:
     def error(self, node: yaml.Node, message: str) -> None:
         self.errors.append(f"{self.source}:{node.start_mark.line + 1}: {message}")
 
-    def mapping(self, node: yaml.Node, where: str, allowed: set[str]) -> dict[str, yaml.Node]:
+    def mapping(self, node: yaml.Node, where: str, allowed: AbstractSet[str]) -> dict[str, yaml.Node]:
         if not isinstance(node, yaml.MappingNode):
             self.error(node, f"{where} must be a mapping")
             return {}
@@ -163,10 +166,12 @@ class NodeReader:
         return replace(base, **changes)  # type: ignore[type-var]
 
 
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "sni": ("require", "match-if-present", "off"),
-    "robots": ("respect", "ignore"),
-}
+_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "sni": ("require", "match-if-present", "off"),
+        "robots": ("respect", "ignore"),
+    }
+)
 
 
 def normalise_glob(text: str) -> str | None:

@@ -10,18 +10,21 @@ whole entry is `inspect_decide.py`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
 Access = Literal["read-only", "read-write", "full"]
 InspectMode = Literal["enforce", "report"]
 # Methods each preset lets through. `full` is every method (None: no method test at all).
-PRESET_METHODS: dict[str, frozenset[str] | None] = {
-    "read-only": frozenset({"GET", "HEAD", "OPTIONS"}),
-    "read-write": frozenset({"GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"}),
-    "full": None,
-}
+PRESET_METHODS: Mapping[str, frozenset[str] | None] = MappingProxyType(
+    {
+        "read-only": frozenset({"GET", "HEAD", "OPTIONS"}),
+        "read-write": frozenset({"GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"}),
+        "full": None,
+    }
+)
 # The methods `policy lint --diff` walks when it says what a change opens or closes.
 KNOWN_METHODS: tuple[str, ...] = ("GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE")
 DEFAULT_TLS_PORT = 443

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -441,7 +442,7 @@ def review_lines(suggestion: Suggestion, source: str) -> list[str]:
     return lines
 
 
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+_UNIT_SECONDS = MappingProxyType({"s": 1, "m": 60, "h": 3600, "d": 86_400})
 
 
 def parse_since(text: str, now: datetime) -> datetime:

@@ -23,8 +23,8 @@ MAX_TRANSPARENT_PRINCIPALS = 64
 KNOWN_QUERY_TYPES = frozenset(
     {"A", "AAAA", "CNAME", "MX", "TXT", "SRV", "PTR", "NS", "SOA", "CAA", "HTTPS", "SVCB", "ANY", "NAPTR", "DS"}
 )
-KEYS = {"principals", "default_principal", "destination", "raw_tcp", "dns"}
-DNS_KEYS = {"denied_answer", "allow_types"}
+KEYS = frozenset({"principals", "default_principal", "destination", "raw_tcp", "dns"})
+DNS_KEYS = frozenset({"denied_answer", "allow_types"})
 
 
 def _raw_tcp(reader: NodeReader, node: yaml.Node) -> tuple[RawTcpRule, ...]:

@@ -13,7 +13,9 @@ Never sees a policy, a credential value or a socket.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import re2
 
@@ -92,6 +94,9 @@ def _rules(tier2: bool, tier3: bool) -> tuple[tuple[int, TokenRule], ...]:
 
 # One compiled expression per combination of tiers switched on, built once at import: a request
 # is read by one RE2 pass whatever its principal's settings (two passes cost nearly twice one).
-COMPILED: dict[tuple[bool, bool], CompiledRules] = {
-    (tier2, tier3): CompiledRules(_rules(tier2, tier3)) for tier2, tier3 in ((True, True), (True, False), (False, True))
-}
+COMPILED: Mapping[tuple[bool, bool], CompiledRules] = MappingProxyType(
+    {
+        (tier2, tier3): CompiledRules(_rules(tier2, tier3))
+        for tier2, tier3 in ((True, True), (True, False), (False, True))
+    }
+)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Awaitable, Callable
+from types import MappingProxyType
 from typing import Any, cast
 
 import orjson
@@ -42,7 +43,7 @@ TOOL_FORMATS: tuple[ToolFormat, ...] = ("openai", "anthropic", "mcp")
 # The request's id (its audit lines' `conn`), kept on the request for the X-Egress-Id header.
 REQUEST_ID_KEY = "egress_request_id"
 # The budget key a budget refusal names, by code (quota refusals name theirs in `budget`).
-_BUDGET_KEYS = {ErrorCode.CONCURRENCY_LIMITED: "concurrent", ErrorCode.COOLDOWN: "min_interval_s"}
+_BUDGET_KEYS = MappingProxyType({ErrorCode.CONCURRENCY_LIMITED: "concurrent", ErrorCode.COOLDOWN: "min_interval_s"})
 
 
 def _request_fields(request: web.Request) -> dict[str, Any]:

@@ -6,22 +6,25 @@ gateway.errors, so the document cannot drift from what the handlers do. Pure: no
 
 from __future__ import annotations
 
-import copy
 from collections import defaultdict
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from gateway.errors import HTTP_STATUS, ErrorCode
-from gateway.tools.schemas import ERROR_BODY, TOOL_SPECS
+from gateway.tools.schemas import ERROR_BODY, TOOL_SPECS, thawed
 
 API_VERSION = "1"
 # Codes a tool call can answer with; 401 is auth_required on this API (407 belongs to the proxy).
-API_STATUS: dict[ErrorCode, int] = {**HTTP_STATUS, ErrorCode.AUTH_REQUIRED: 401}
+API_STATUS: Mapping[ErrorCode, int] = MappingProxyType({**HTTP_STATUS, ErrorCode.AUTH_REQUIRED: 401})
 # Answers the HTTP layer gives before any tool runs (an unknown path, a wrong method).
-_EDGE_STATUSES = {404: "no such path", 405: "method not allowed on this path", 413: "request body too large"}
+_EDGE_STATUSES = MappingProxyType(
+    {404: "no such path", 405: "method not allowed on this path", 413: "request body too large"}
+)
 
 
 def _error_response(codes: list[ErrorCode] | None, description: str) -> dict[str, Any]:
-    schema = copy.deepcopy(ERROR_BODY)
+    schema = thawed(ERROR_BODY)
     if codes:
         schema["properties"]["error"]["properties"]["code"]["enum"] = sorted(str(code) for code in codes)
     return {"description": description, "content": {"application/json": {"schema": schema}}}
@@ -54,7 +57,7 @@ def openapi_document() -> dict[str, Any]:
         responses = {
             "200": {
                 "description": f"the {spec.name} result",
-                "content": {"application/json": {"schema": copy.deepcopy(spec.result)}},
+                "content": {"application/json": {"schema": thawed(spec.result)}},
             },
             **_error_responses(),
         }
@@ -66,7 +69,7 @@ def openapi_document() -> dict[str, Any]:
                 "parameters": _budget_headers(),
                 "requestBody": {
                     "required": True,
-                    "content": {"application/json": {"schema": copy.deepcopy(spec.arguments)}},
+                    "content": {"application/json": {"schema": thawed(spec.arguments)}},
                 },
                 "responses": responses,
             }
@@ -112,7 +115,7 @@ def openapi_document() -> dict[str, Any]:
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"Error": copy.deepcopy(ERROR_BODY)},
+            "schemas": {"Error": thawed(ERROR_BODY)},
         },
         "security": [{}, {"bearer": []}],
     }

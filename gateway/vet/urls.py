@@ -14,6 +14,7 @@ import ipaddress
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import idna
 import yarl
@@ -24,7 +25,7 @@ from gateway.vet.addresses import IPAddress
 MAX_URL_CHARS = 4096
 MAX_HOST_CHARS = 253
 ALLOWED_SCHEMES = frozenset({"http", "https"})
-DEFAULT_PORTS = {"http": 80, "https": 443}
+DEFAULT_PORTS = MappingProxyType({"http": 80, "https": 443})
 
 # Query parameters that carry credentials or signatures: a URL holding one is a secret, and
 # fetching it would leak it into logs, caches and the page the agent reads back.

@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import (
 from gateway.errors import HTTP_STATUS, ErrorCode, GatewayError
 from gateway.tools.fetch import parse_fetch_args
 from gateway.tools.openapi import openapi_document
-from gateway.tools.schemas import FETCH_ARGUMENTS, SEARCH_ARGUMENTS, TOOL_SPECS, Tool
+from gateway.tools.schemas import FETCH_ARGUMENTS, SEARCH_ARGUMENTS, TOOL_SPECS, Tool, thawed
 from gateway.tools.search.query import parse_search_args
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess, policy_document
@@ -66,7 +66,7 @@ def served(gateway: GatewayProcess) -> dict[str, dict[str, Any]]:
             "mcp": next(tool["inputSchema"] for tool in mcp if tool["name"] == spec.name),
             "openai": next(t["function"]["parameters"] for t in openai if t["function"]["name"] == spec.name),
             "anthropic": next(tool["input_schema"] for tool in anthropic if tool["name"] == spec.name),
-            "source": spec.arguments,
+            "source": thawed(spec.arguments),
         }
     return surfaces
 
@@ -102,7 +102,7 @@ def test_tools_command_prints_the_same_definitions_offline() -> None:
         tools = json.loads(printed.stdout)["tools"]
         assert len(tools) == 2
         if fmt == "mcp":
-            assert tools[1]["inputSchema"] == FETCH_ARGUMENTS
+            assert tools[1]["inputSchema"] == thawed(FETCH_ARGUMENTS)
             assert tools[0]["annotations"]["readOnlyHint"] is True
 
 
@@ -151,7 +151,7 @@ def accepts(tool: Tool, payload: dict[str, Any]) -> bool:
     return True
 
 
-@pytest.mark.parametrize(("tool", "schema"), [("fetch", FETCH_ARGUMENTS), ("search", SEARCH_ARGUMENTS)])
+@pytest.mark.parametrize(("tool", "schema"), [("fetch", thawed(FETCH_ARGUMENTS)), ("search", thawed(SEARCH_ARGUMENTS))])
 def test_the_v1_validator_agrees_with_the_schema_on_every_edge(tool: Tool, schema: dict[str, Any]) -> None:
     validator = jsonschema.Draft202012Validator(schema)
     disagreements = []

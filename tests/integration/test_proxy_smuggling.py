@@ -1,7 +1,8 @@
 """The proxy cannot be desynchronised: each attack of the hardening issue against the real daemon.
 
 The upstream must see exactly the request the policy decided on, and the client exactly the
-response framed for it: a `Connection` field naming a framing header is refused both ways, request
+response framed for it: a `Connection` field naming a framing header is refused both ways, a
+control byte in an origin's reason phrase is refused (llhttp lets it through), request
 trailers never reach the forwarded head, bytes an origin sends beyond its response framing (an
 injected second response, an unsolicited 101, a flood of 1xx) are never relayed and never crash
 a parser callback, and pooled upstream connections are never shared between principals.
@@ -16,15 +17,11 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from tests.harness import proxy as support
-from tests.harness import scripted_origin
 from tests.harness.dns import FakeDNS
 from tests.harness.proxy import ProxyProcess, basic, proxy_policy, raw_exchange
 from tests.harness.scripted_origin import ScriptedFactory, answer_each_request
 
 ProxyFactory = Callable[..., ProxyProcess]
-proxy_factory = support.proxy_factory
-scripted = scripted_origin.scripted
 
 OK_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
@@ -70,6 +67,28 @@ def test_response_whose_connection_field_names_content_length_is_answered_502(
         answer = client.get(f"http://badframe.example.org:{origin.port}/")
     assert answer.status_code == 502
     assert answer.headers["X-Egress-Code"] == "connect_failure"
+
+
+@pytest.mark.parametrize(
+    "status_line",
+    [b"HTTP/1.1 200 O\x01K", b"HTTP/1.1 200 \x1b]0;owned\x07", b"HTTP/1.0 200 OK\x7f"],
+    ids=["soh-keep-alive-head", "terminal-escape", "del-http10-head"],
+)
+def test_a_control_byte_in_the_origins_reason_phrase_is_answered_502_and_never_relayed(
+    proxy_factory: ProxyFactory, scripted: ScriptedFactory, status_line: bytes
+) -> None:
+    response = status_line + b"\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok"
+    origin = scripted(answer_each_request(response), "reason.example.org")
+    proxy = proxy_factory(proxy_policy([origin.cidr], ports=[origin.port]))
+    request = b"GET http://reason.example.org:%d/ HTTP/1.1\r\nHost: reason.example.org\r\n\r\n" % origin.port
+    answer = raw_exchange(proxy.port, request)
+    assert answer.startswith(b"HTTP/1.1 502 "), answer
+    assert b"X-Egress-Code: connect_failure" in answer
+    assert not any(byte in answer for byte in (b"\x01", b"\x1b", b"\x07", b"\x7f")), answer
+    # The connection that sent it is never reused: a second request dials again.
+    assert raw_exchange(proxy.port, request).startswith(b"HTTP/1.1 502 ")
+    assert origin.connections == 2
+    _no_tracebacks(proxy)
 
 
 def test_request_trailers_are_never_merged_into_the_forwarded_head(

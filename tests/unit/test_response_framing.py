@@ -20,6 +20,10 @@ from gateway.proxy.http1.response_framing import ResponseFraming
 from gateway.proxy.http1.response_head import MAX_INTERIM_RESPONSES, MAX_RESPONSE_HEAD_BYTES, MAX_RESPONSE_HEADERS
 
 
+class _NoCallbacks:
+    """An httptools protocol with no callbacks: llhttp's own verdict."""
+
+
 @dataclass(frozen=True)
 class Relayed:
     output: bytes
@@ -241,6 +245,20 @@ def test_bytes_after_the_complete_response_are_never_relayed_s9_1(read_size: int
             ErrorCode.CONNECT_FAILURE,
             id="bare-lf-interim-head",
         ),
+        pytest.param(
+            b"HTTP/1.1 200 O\x01K\r\nContent-Length: 2\r\n\r\nok", ErrorCode.CONNECT_FAILURE, id="soh-in-the-reason"
+        ),
+        pytest.param(b"HTTP/1.0 404 \x7f\r\n\r\n", ErrorCode.CONNECT_FAILURE, id="del-in-an-http10-reason"),
+        pytest.param(
+            b"\r\nHTTP/1.1 200 \x1b[2J\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n",
+            ErrorCode.CONNECT_FAILURE,
+            id="esc-in-the-reason-after-an-empty-line",
+        ),
+        pytest.param(
+            b"HTTP/1.1 103 Hints\x00\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            ErrorCode.CONNECT_FAILURE,
+            id="nul-in-an-interim-reason",
+        ),
         pytest.param(b"HTTP/1.1 200 " + b"R" * 70000, ErrorCode.TOO_LARGE, id="endless-reason-phrase"),
         pytest.param(
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: " + b"t" * 200000,
@@ -256,6 +274,21 @@ def test_a_response_the_proxy_cannot_relay_as_framed_is_an_error_never_a_parser_
     assert error.code == code
     assert "RRRR" not in error.message
     assert "tttt" not in error.message
+
+
+@pytest.mark.parametrize("control", [b"\x00", b"\x01", b"\x08", b"\x0b", b"\x1b", b"\x1f", b"\x7f"])
+def test_llhttp_accepts_a_control_byte_in_a_reason_phrase_that_the_framing_refuses(control: bytes) -> None:
+    """httptools' llhttp (strict) lets any byte but CR and LF into a reason phrase; RFC 9112
+    section 4 allows HTAB, SP, VCHAR and obs-text only, and h11 refuses the rest. Worked around
+    in `ResponseFraming`: such a head is a malformed upstream response, never relayed."""
+    response = b"HTTP/1.1 200 O" + control + b"K\r\nContent-Length: 0\r\n\r\n"
+    httptools.HttpResponseParser(_NoCallbacks()).feed_data(response)  # no error: llhttp accepts it
+    assert refused(response).code == ErrorCode.CONNECT_FAILURE
+
+
+def test_a_reason_phrase_with_tabs_and_obs_text_is_relayed_as_sent() -> None:
+    response = b"HTTP/1.1 200 O\tK \xe9t\xe9\r\nContent-Length: 0\r\n\r\n"
+    assert relay(response).output.startswith(b"HTTP/1.1 200 O\tK \xe9t\xe9\r\n")
 
 
 def test_the_final_head_names_the_gateways_id_and_never_the_origins() -> None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import httptools
 import orjson
@@ -263,32 +264,36 @@ def error_response(
     return b"".join(lines) + body
 
 
-REASONS: dict[int, bytes] = {
-    400: b"Bad Request",
-    403: b"Forbidden",
-    407: b"Proxy Authentication Required",
-    409: b"Conflict",
-    415: b"Unsupported Media Type",
-    429: b"Too Many Requests",
-    431: b"Request Header Fields Too Large",
-    502: b"Bad Gateway",
-    503: b"Service Unavailable",
-    504: b"Gateway Timeout",
-}
+REASONS: Mapping[int, bytes] = MappingProxyType(
+    {
+        400: b"Bad Request",
+        403: b"Forbidden",
+        407: b"Proxy Authentication Required",
+        409: b"Conflict",
+        415: b"Unsupported Media Type",
+        429: b"Too Many Requests",
+        431: b"Request Header Fields Too Large",
+        502: b"Bad Gateway",
+        503: b"Service Unavailable",
+        504: b"Gateway Timeout",
+    }
+)
 
 # What the agent or its operator can change to get past each refusal (the body's `hint`).
 DEFAULT_HINT = "see the message; the gateway's audit log has the decision"
-CHANGE_HINTS: dict[ErrorCode, str] = {
-    ErrorCode.POLICY_DENIED: "this principal may not reach that host or port: ask the operator to add it to "
-    "the principal's egress.allow_domains (or defaults.ports) in the gateway policy",
-    ErrorCode.BLOCKED_DESTINATION: "the host resolves to a denied address range; only the policy's "
-    "defaults.allow_cidrs or an internal_hosts entry can allow it",
-    ErrorCode.UNSAFE_URL: "use a host name instead of an IP literal, no userinfo, and CONNECT for https",
-    ErrorCode.AUTH_REQUIRED: "send Proxy-Authorization: Basic base64(principal:token) or Bearer token",
-    ErrorCode.INVALID_INPUT: "send a well-formed HTTP/1.1 request with an absolute URI, or CONNECT host:port",
-    ErrorCode.TOO_LARGE: "the message passed a size cap (the message names it); send or fetch less",
-    ErrorCode.CONCURRENCY_LIMITED: "too many open tunnels: close some, or retry after Retry-After",
-    ErrorCode.DNS_FAILURE: "the name does not exist or has no address: check the host name",
-    ErrorCode.CONNECT_FAILURE: "the origin refused, reset or answered badly; retry later or check the origin",
-    ErrorCode.TIMEOUT: "the origin was too slow; retry, or ask the operator about the proxy timeouts",
-}
+CHANGE_HINTS: Mapping[ErrorCode, str] = MappingProxyType(
+    {
+        ErrorCode.POLICY_DENIED: "this principal may not reach that host or port: ask the operator to add it to "
+        "the principal's egress.allow_domains (or defaults.ports) in the gateway policy",
+        ErrorCode.BLOCKED_DESTINATION: "the host resolves to a denied address range; only the policy's "
+        "defaults.allow_cidrs or an internal_hosts entry can allow it",
+        ErrorCode.UNSAFE_URL: "use a host name instead of an IP literal, no userinfo, and CONNECT for https",
+        ErrorCode.AUTH_REQUIRED: "send Proxy-Authorization: Basic base64(principal:token) or Bearer token",
+        ErrorCode.INVALID_INPUT: "send a well-formed HTTP/1.1 request with an absolute URI, or CONNECT host:port",
+        ErrorCode.TOO_LARGE: "the message passed a size cap (the message names it); send or fetch less",
+        ErrorCode.CONCURRENCY_LIMITED: "too many open tunnels: close some, or retry after Retry-After",
+        ErrorCode.DNS_FAILURE: "the name does not exist or has no address: check the host name",
+        ErrorCode.CONNECT_FAILURE: "the origin refused, reset or answered badly; retry later or check the origin",
+        ErrorCode.TIMEOUT: "the origin was too slow; retry, or ask the operator about the proxy timeouts",
+    }
+)

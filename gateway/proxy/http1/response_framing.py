@@ -11,7 +11,8 @@ and the facts the connection owner acts on: whether the final head went out, whe
 is complete, whether the upstream connection may be reused, whether the client must be closed.
 
 Every way an origin can lie about framing ends in a `GatewayError` from `feed` (never a parser
-exception): a malformed head or body, an unsolicited 101, a `Connection` field naming a framing
+exception): a malformed head or body (a control byte in the reason phrase too, which llhttp
+lets through), an unsolicited 101, a `Connection` field naming a framing
 field, a cap passed. Bytes after the complete response are never relayed; they only make the
 connection unusable. Never touches a socket or a timer; never quotes upstream bytes in a message.
 """
@@ -36,6 +37,13 @@ NO_BODY_STATUSES = frozenset({204, 304})
 # Each transfer coding a head's Transfer-Encoding lines name, in order (a chunked head only).
 _TRANSFER_CODINGS = re.compile(rb"(?i)(?:^|\r\n)transfer-encoding[ \t]*:[ \t]*([^\r]*)")
 MALFORMED = "the upstream response is malformed"
+# A status line with a control byte in it (RFC 9112 section 4: a reason phrase is HTAB, SP,
+# VCHAR and obs-text only). llhttp accepts any byte but CR and LF in a reason phrase, NUL, ESC
+# and DEL included, and a client's terminal or log would take them as they come: refused as a
+# malformed upstream head, as h11 refuses it. Matches from the head's start (past the empty
+# lines llhttp skips before a status line) when the status line's run of allowed bytes stops at
+# anything but the CR that ends it.
+_CONTROL_IN_STATUS_LINE = re.compile(rb"[\r\n]*+[^\x00-\x08\x0a-\x1f\x7f]*+[^\r]")
 
 
 def _transfer_codings(head: bytes) -> list[bytes]:
@@ -269,12 +277,7 @@ class ResponseFraming:
         )
         if status == 101 or names_framing:
             self._refuse_unframeable(status)
-        if chunked and _transfer_codings(self._head).count(b"chunked") != 1:
-            # RFC 9112 section 6.1: chunked is applied once, and last. llhttp decodes one chunked
-            # layer of `chunked, chunked` (or two such lines) where a plain parser (h11) refuses:
-            # refused here too, so no reader downstream sees other message boundaries.
-            self._failure = GatewayError(ErrorCode.CONNECT_FAILURE, MALFORMED)
-            raise _StopParsing
+        self._refuse_what_llhttp_lets_through(chunked)
         # The head's pieces go straight into the output: one join for head and body.
         out = self._out
         if status < 200:
@@ -308,6 +311,18 @@ class ResponseFraming:
         if self._head_only:
             # No body follows a HEAD response whatever its Content-Length says.
             self.complete = True
+
+    def _refuse_what_llhttp_lets_through(self, chunked: bool) -> None:
+        """The head's faults llhttp accepts and a plain parser (h11) refuses: a control byte in
+        the status line, and RFC 9112 section 6.1's chunked applied once, and last (llhttp decodes
+        one chunked layer of `chunked, chunked`, or two such lines: refused here too, so no reader
+        downstream sees other message boundaries)."""
+        head = self._head
+        if _CONTROL_IN_STATUS_LINE.match(head) is not None or (
+            chunked and _transfer_codings(head).count(b"chunked") != 1
+        ):
+            self._failure = GatewayError(ErrorCode.CONNECT_FAILURE, MALFORMED)
+            raise _StopParsing
 
     def _refuse_unframeable(self, status: int) -> None:
         if status == 101:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 # Interstitials are short: a real article has far more words than this.
 MAX_INTERSTITIAL_WORDS = 400
@@ -40,7 +41,7 @@ BARE_WIDGET_WORDS = 30
 # `[^<>]`, not `[^>]`: a run of `<` without `>` must not make each one scan to the end.
 TAG = re.compile(r"<[^<>]*>")
 HIDDEN_OPEN = re.compile(r"<(script|style)", re.I)
-HIDDEN_CLOSE = {"script": re.compile(r"</script", re.I), "style": re.compile(r"</style", re.I)}
+HIDDEN_CLOSE = MappingProxyType({"script": re.compile(r"</script", re.I), "style": re.compile(r"</style", re.I)})
 # Visible text is measured a slice at a time, so a long page stops after its first words.
 SLICE_CHARS = 8_192
 CLOSER_REACH_CHARS = 64

@@ -13,6 +13,7 @@ import codecs
 import json
 import re
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
 import charset_normalizer
@@ -101,14 +102,14 @@ BOMS: tuple[tuple[bytes, str], ...] = (
 META_CHARSET = re.compile(rb"<meta[^>]{0,512}?charset\s*=\s*[\"']?\s*([A-Za-z0-9_:.\-]+)", re.I)
 XML_ENCODING = re.compile(rb"^<\?xml[^>]{0,200}?encoding\s*=\s*[\"']([A-Za-z0-9_.\-]+)", re.I)
 # WHATWG Encoding: labels browsers read as a wider Windows code page, because servers mislabel.
-WHATWG_SUPERSETS = {
+WHATWG_SUPERSETS = MappingProxyType({
     "iso-8859-1": "cp1252", "iso8859-1": "cp1252", "latin1": "cp1252", "latin-1": "cp1252",
     "l1": "cp1252", "us-ascii": "cp1252", "ascii": "cp1252", "ansi_x3.4-1968": "cp1252",
     "iso-8859-9": "cp1254", "latin5": "cp1254", "iso-8859-11": "cp874", "tis-620": "cp874",
     "shift_jis": "cp932", "shift-jis": "cp932", "sjis": "cp932", "x-sjis": "cp932",
     "ms_kanji": "cp932", "windows-31j": "cp932", "euc-kr": "cp949", "ks_c_5601-1987": "cp949",
     "gb2312": "gb18030", "gbk": "gb18030", "x-gbk": "gb18030",
-}  # fmt: skip
+})  # fmt: skip
 LONG_NUMBER = re.compile(r"\d{19,}")
 CONTROL_BYTES = frozenset(range(0x20)) - {0x09, 0x0A, 0x0C, 0x0D, 0x1B}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import re
+from types import MappingProxyType
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
@@ -48,11 +49,11 @@ HIDDEN_OR_ROLE_SELECTOR = '[hidden], [aria-hidden="true" i], [style*="none" i], 
 # Divs with none of these below them hold only inline content and read as paragraphs.
 BLOCK_TAGS_UNDER_DIV = ("blockquote", "dl", "div", "img", "ol", "p", "pre", "table", "ul")
 BLOCK_SELECTOR_UNDER_DIV = ", ".join(BLOCK_TAGS_UNDER_DIV)
-TAG_BASE_SCORE = {
+TAG_BASE_SCORE = MappingProxyType({
     "div": 5, "pre": 3, "td": 3, "blockquote": 3,
     "address": -3, "ol": -3, "ul": -3, "dl": -3, "dd": -3, "dt": -3, "li": -3, "form": -3,
     "h1": -5, "h2": -5, "h3": -5, "h4": -5, "h5": -5, "h6": -5, "th": -5,
-}  # fmt: skip
+})  # fmt: skip
 MIN_PARAGRAPH_CHARS = 25
 # A block with more commas than this is a list of names or tags, not more of an article.
 MAX_VOTED_COMMAS = 20

@@ -17,13 +17,13 @@ from selectolax.lexbor import LexborNode
 # Never content for a reader: code, embedded documents, drawings, form controls and ruby
 # annotations (<rt> readings above Japanese text split its words). <math> is
 # not here: on a mathematics page the formulas are the text (the renderer writes their tokens).
-JUNK_TAGS = [
+JUNK_TAGS = (
     "script", "style", "noscript", "template", "iframe", "svg", "canvas", "object", "embed",
     "input", "select", "textarea", "button", "link", "meta", "dialog", "rt", "rp",
-]  # fmt: skip
+)  # fmt: skip
 # Landmarks that are chrome on every site; a <header> is judged later, since inside an
 # article it carries the headline.
-CHROME_TAGS = ["nav", "aside", "footer"]
+CHROME_TAGS = ("nav", "aside", "footer")
 CHROME_ROLES = (
     "navigation", "menu", "menubar", "complementary", "alert", "alertdialog", "dialog",
     "banner", "contentinfo", "search",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import partial
+from types import MappingProxyType
 
 from selectolax.lexbor import LexborNode
 
@@ -46,7 +47,7 @@ PLAIN_INLINE_TAGS = frozenset(
 # Block elements with no rule of their own: a paragraph break before and after. The render
 # loop handles them without a call to `enter`, as it does links and plain inline elements.
 PLAIN_BLOCK_TAGS = BLOCK_TAGS - {"blockquote", "dir", "dt", "li", "menu", "ol", "pre", "table", "ul"}
-HEADING_LEVEL = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
+HEADING_LEVEL = MappingProxyType({"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6})
 SKIPPED_TAGS = frozenset(
     {
         "script", "style", "noscript", "template", "iframe", "svg", "canvas", "input", "select",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from gateway.errors import ErrorCode, GatewayError
 
@@ -79,7 +80,7 @@ IMPLICITLY_CLOSED = frozenset(
 )
 RAW_TEXT = frozenset({"script", "style", "textarea", "title", "xmp", "iframe", "noembed", "noframes", "plaintext"})
 FOREIGN = frozenset({"svg", "math"})
-_RAW_TEXT_END = {name: re.compile(rf"</{name}", re.IGNORECASE) for name in RAW_TEXT}
+_RAW_TEXT_END = MappingProxyType({name: re.compile(rf"</{name}", re.IGNORECASE) for name in RAW_TEXT})
 
 
 @dataclass(frozen=True, slots=True)

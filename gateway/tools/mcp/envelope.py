@@ -16,6 +16,7 @@ import binascii
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 PARSE_ERROR = -32700
@@ -35,17 +36,21 @@ METHOD_HEADER = "mcp-method"
 NAME_HEADER = "mcp-name"
 ROUTING_HEADERS = frozenset({VERSION_HEADER, METHOD_HEADER, NAME_HEADER})
 # Which params field `Mcp-Name` mirrors, per method.
-NAME_BEARING_METHODS: Mapping[str, str] = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAME_BEARING_METHODS: Mapping[str, str] = MappingProxyType(
+    {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+)
 
 # The HTTP status of a JSON-RPC error on the 2026-07-28 wire; unlisted codes travel with 200.
-ERROR_HTTP_STATUS: Mapping[int, int] = {
-    PARSE_ERROR: 400,
-    INVALID_REQUEST: 400,
-    INVALID_PARAMS: 400,
-    HEADER_MISMATCH: 400,
-    UNSUPPORTED_PROTOCOL_VERSION: 400,
-    METHOD_NOT_FOUND: 404,
-}
+ERROR_HTTP_STATUS: Mapping[int, int] = MappingProxyType(
+    {
+        PARSE_ERROR: 400,
+        INVALID_REQUEST: 400,
+        INVALID_PARAMS: 400,
+        HEADER_MISMATCH: 400,
+        UNSUPPORTED_PROTOCOL_VERSION: 400,
+        METHOD_NOT_FOUND: 404,
+    }
+)
 
 _HEADER_SAFE = re.compile(r"^[\x20-\x7e]*$")
 _B64_SENTINEL = re.compile(r"^=\?base64\?(?P<payload>.*)\?=$")

@@ -7,6 +7,8 @@ can do next. Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from gateway.errors import ErrorCode, GatewayError
@@ -15,30 +17,34 @@ from gateway.tools.schemas import Tool
 # Where a tool error carries the `/v1` error object (code, message, retryable, ...) for programs.
 ERROR_META_KEY = "egress-gateway/error"
 
-NEXT_STEP: dict[ErrorCode, str] = {
-    ErrorCode.INVALID_INPUT: "fix the argument named in the reason and call again",
-    ErrorCode.UNSAFE_URL: "use a plain public http(s) URL without credentials or secret parameters",
-    ErrorCode.BLOCKED_DESTINATION: "this address is private or internal and will never be fetched; use another source",
-    ErrorCode.POLICY_DENIED: "this site or tool is not allowed for you; do not retry, use an allowed source",
-    ErrorCode.AUTH_REQUIRED: "the gateway needs a valid token; ask the operator",
-    ErrorCode.DNS_FAILURE: "check the host name; retry later if it should exist",
-    ErrorCode.CONNECT_FAILURE: "the site could not be reached; retry later or use another source",
-    ErrorCode.REDIRECT_BLOCKED: "the page redirects somewhere not allowed; use another source",
-    ErrorCode.TOO_LARGE: "the page is too large; use a more specific page",
-    ErrorCode.UNSUPPORTED_CONTENT: "the content is not text; look for an HTML or text version",
-    ErrorCode.CHALLENGED: "the site blocks automated readers; use another source",
-    ErrorCode.ROBOTS_DISALLOWED: "the site does not allow this page to be fetched; use another source",
-    ErrorCode.UPSTREAM_STATUS: "the site answered with an error; check the URL or retry later",
-    ErrorCode.TIMEOUT: "the site was too slow; retry once or use another source",
-    ErrorCode.CONTENT_CHANGED: "the page changed; fetch it again from offset 0",
-    ErrorCode.QUOTA_EXHAUSTED: "the budget for this run or step is spent; work with what you have",
-    ErrorCode.CONCURRENCY_LIMITED: "wait for your other calls to finish, then retry",
-    ErrorCode.COOLDOWN: "wait the retry-after time, then retry",
-    ErrorCode.RATE_LIMITED: "the search engine is refusing requests; retry later",
-    ErrorCode.UNAVAILABLE: "no engine answered; retry later or rephrase the query",
-    ErrorCode.STORE_UNAVAILABLE: "the gateway's budget store is down; retry later",
-    ErrorCode.POLICY_CHANGED: "the policy changed during the call; retry",
-}
+NEXT_STEP: Mapping[ErrorCode, str] = MappingProxyType(
+    {
+        ErrorCode.INVALID_INPUT: "fix the argument named in the reason and call again",
+        ErrorCode.UNSAFE_URL: "use a plain public http(s) URL without credentials or secret parameters",
+        ErrorCode.BLOCKED_DESTINATION: (
+            "this address is private or internal and will never be fetched; use another source"
+        ),
+        ErrorCode.POLICY_DENIED: "this site or tool is not allowed for you; do not retry, use an allowed source",
+        ErrorCode.AUTH_REQUIRED: "the gateway needs a valid token; ask the operator",
+        ErrorCode.DNS_FAILURE: "check the host name; retry later if it should exist",
+        ErrorCode.CONNECT_FAILURE: "the site could not be reached; retry later or use another source",
+        ErrorCode.REDIRECT_BLOCKED: "the page redirects somewhere not allowed; use another source",
+        ErrorCode.TOO_LARGE: "the page is too large; use a more specific page",
+        ErrorCode.UNSUPPORTED_CONTENT: "the content is not text; look for an HTML or text version",
+        ErrorCode.CHALLENGED: "the site blocks automated readers; use another source",
+        ErrorCode.ROBOTS_DISALLOWED: "the site does not allow this page to be fetched; use another source",
+        ErrorCode.UPSTREAM_STATUS: "the site answered with an error; check the URL or retry later",
+        ErrorCode.TIMEOUT: "the site was too slow; retry once or use another source",
+        ErrorCode.CONTENT_CHANGED: "the page changed; fetch it again from offset 0",
+        ErrorCode.QUOTA_EXHAUSTED: "the budget for this run or step is spent; work with what you have",
+        ErrorCode.CONCURRENCY_LIMITED: "wait for your other calls to finish, then retry",
+        ErrorCode.COOLDOWN: "wait the retry-after time, then retry",
+        ErrorCode.RATE_LIMITED: "the search engine is refusing requests; retry later",
+        ErrorCode.UNAVAILABLE: "no engine answered; retry later or rephrase the query",
+        ErrorCode.STORE_UNAVAILABLE: "the gateway's budget store is down; retry later",
+        ErrorCode.POLICY_CHANGED: "the policy changed during the call; retry",
+    }
+)
 
 
 def error_text(error: GatewayError) -> str:

@@ -18,6 +18,7 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,19 +45,23 @@ OUTCOME_CACHED = "cached"
 OUTCOME_SKIPPED = "skipped"
 OUTCOME_NO_RESULTS = "no_results"
 # Parser conclusions as attempt outcomes (and, for failures, as error codes).
-_OUTCOME_FOR_KIND = {
-    "challenge": str(ErrorCode.RATE_LIMITED),
-    "refused": str(ErrorCode.UPSTREAM_STATUS),
-    "unrecognised": str(ErrorCode.UNAVAILABLE),
-}
+_OUTCOME_FOR_KIND = MappingProxyType(
+    {
+        "challenge": str(ErrorCode.RATE_LIMITED),
+        "refused": str(ErrorCode.UPSTREAM_STATUS),
+        "unrecognised": str(ErrorCode.UNAVAILABLE),
+    }
+)
 
 
-_ENGINE_ERROR_TEXT = {
-    ErrorCode.DNS_FAILURE: "{host} did not resolve",
-    ErrorCode.TIMEOUT: "{host} did not answer in time",
-    ErrorCode.TOO_LARGE: "{host} answered with more than the size cap",
-    ErrorCode.REDIRECT_BLOCKED: "{host} redirected somewhere the gateway refuses",
-}
+_ENGINE_ERROR_TEXT = MappingProxyType(
+    {
+        ErrorCode.DNS_FAILURE: "{host} did not resolve",
+        ErrorCode.TIMEOUT: "{host} did not answer in time",
+        ErrorCode.TOO_LARGE: "{host} answered with more than the size cap",
+        ErrorCode.REDIRECT_BLOCKED: "{host} redirected somewhere the gateway refuses",
+    }
+)
 
 
 def describe_engine_error(error: GatewayError, base_url: str) -> str:

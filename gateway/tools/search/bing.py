@@ -10,6 +10,7 @@ the page is judged by its content, not its status. Pure; never opens a socket.
 from __future__ import annotations
 
 import datetime as dt
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
@@ -32,7 +33,7 @@ NAME = "bing"
 DEFAULT_URL = "https://www.bing.com/search"
 # Bing's relative freshness filters: ez1 day, ez2 week, ez3 month. A year has no relative code
 # (ez5 wants absolute day numbers), so it is expressed as an absolute range from `today`.
-_RELATIVE_FILTERS = {"d": 'ex1:"ez1"', "w": 'ex1:"ez2"', "m": 'ex1:"ez3"'}
+_RELATIVE_FILTERS = MappingProxyType({"d": 'ex1:"ez1"', "w": 'ex1:"ez2"', "m": 'ex1:"ez3"'})
 _DAYS_PER_YEAR = 365
 
 
@@ -51,7 +52,7 @@ def build_request(query: SearchQuery, key: str | None, base_url: str, *, today: 
     if query.region and (market := _market(query.region)):
         params.append(("mkt", market))
         accept_language = f"{market},{market.split('-')[0]};q=0.9"
-    if query.time_range in _RELATIVE_FILTERS:
+    if query.time_range is not None and query.time_range in _RELATIVE_FILTERS:
         params.append(("filters", _RELATIVE_FILTERS[query.time_range]))
     elif query.time_range == "y":
         day = (today - dt.date(1970, 1, 1)).days

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode, urlsplit
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 NAME = "brave"
 DEFAULT_URL = "https://search.brave.com/search"
-_TIME_FILTERS = {"d": "pd", "w": "pw", "m": "pm", "y": "py"}
+_TIME_FILTERS = MappingProxyType({"d": "pd", "w": "pw", "m": "pm", "y": "py"})
 # Brave prefixes snippets with the page age ("3 weeks ago - ", "Jun 23, 2025 - "); it is not text
 # the page holds.
 _AGE_PREFIX_RE = re.compile(

@@ -8,6 +8,7 @@ Pure; never opens a socket.
 from __future__ import annotations
 
 import datetime as dt
+from types import MappingProxyType
 from urllib.parse import urlencode
 
 from gateway.tools.search.engine import (
@@ -23,7 +24,7 @@ from gateway.tools.search.transport import EngineReply, EngineRequest
 
 NAME = "brave_api"
 DEFAULT_URL = "https://api.search.brave.com/res/v1/web/search"
-_FRESHNESS = {"d": "pd", "w": "pw", "m": "pm", "y": "py"}
+_FRESHNESS = MappingProxyType({"d": "pd", "w": "pw", "m": "pm", "y": "py"})
 
 
 def build_request(query: SearchQuery, key: str | None, base_url: str, *, today: dt.date) -> EngineRequest:

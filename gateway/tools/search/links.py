@@ -13,6 +13,7 @@ import base64
 import binascii
 import html
 import re
+from types import MappingProxyType
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from gateway.errors import GatewayError
@@ -24,7 +25,7 @@ _BING_HOST_RE = re.compile(r"(?:[a-z0-9-]+\.)*bing\.com")
 # test, invalid, example; Tor's onion; common LAN suffixes).
 NON_PUBLIC_SUFFIXES = ("lan", "intranet", "corp", "test", "invalid", "example", "onion")
 ANY_PORT = range(1, 65536)
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+_DEFAULT_PORTS = MappingProxyType({"http": 80, "https": 443})
 # Parameters that only identify the click for a tracker; dropping them changes no page.
 _TRACKING_PARAMS = frozenset(
     {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.tools.search import (
@@ -26,20 +27,22 @@ from gateway.tools.search import (
 )
 from gateway.tools.search.engine import EngineSpec, Tier
 
-ENGINES: Mapping[str, EngineSpec] = {
-    spec.name: spec
-    for spec in (
-        tavily.ENGINE,
-        exa.ENGINE,
-        brave_api.ENGINE,
-        duckduckgo.ENGINE,
-        bing.ENGINE,
-        brave.ENGINE,
-        searxng.ENGINE,
-        mediawiki.ENGINE,
-        template.ENGINE,
-    )
-}
+ENGINES: Mapping[str, EngineSpec] = MappingProxyType(
+    {
+        spec.name: spec
+        for spec in (
+            tavily.ENGINE,
+            exa.ENGINE,
+            brave_api.ENGINE,
+            duckduckgo.ENGINE,
+            bing.ENGINE,
+            brave.ENGINE,
+            searxng.ENGINE,
+            mediawiki.ENGINE,
+            template.ENGINE,
+        )
+    }
+)
 DEFAULT_ORDER: tuple[str, ...] = ("tavily", "exa", "brave_api", "duckduckgo", "bing", "brave")
 # The settings a person can set to enable an engine, named in the none-enabled error.
 ENABLING_SETTINGS = (

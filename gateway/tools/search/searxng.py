@@ -9,6 +9,7 @@ Pure; never opens a socket.
 from __future__ import annotations
 
 import datetime as dt
+from types import MappingProxyType
 from urllib.parse import urlencode
 
 from gateway.tools.search.engine import (
@@ -22,7 +23,7 @@ from gateway.tools.search.transport import EngineReply, EngineRequest
 
 NAME = "searxng"
 DEFAULT_URL = ""
-_TIME_RANGES = {"d": "day", "w": "week", "m": "month", "y": "year"}
+_TIME_RANGES = MappingProxyType({"d": "day", "w": "week", "m": "month", "y": "year"})
 
 
 def search_endpoint(base_url: str) -> str:

@@ -8,6 +8,7 @@ and only boosts, so it would promise a restriction it does not keep. Pure; never
 from __future__ import annotations
 
 import datetime as dt
+from types import MappingProxyType
 
 import orjson
 
@@ -22,7 +23,7 @@ from gateway.tools.search.transport import EngineReply, EngineRequest
 
 NAME = "tavily"
 DEFAULT_URL = "https://api.tavily.com/search"
-_TIME_RANGES = {"d": "day", "w": "week", "m": "month", "y": "year"}
+_TIME_RANGES = MappingProxyType({"d": "day", "w": "week", "m": "month", "y": "year"})
 
 
 def build_request(query: SearchQuery, key: str | None, base_url: str, *, today: dt.date) -> EngineRequest:
