@@ -26,7 +26,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
@@ -38,7 +38,7 @@ from gateway.proxy.decision.context import ClientContext
 from gateway.proxy.decision.live_permission import REVOKED_REASON, revocation
 from gateway.proxy.decision.records import DecisionRecords
 from gateway.proxy.forward.dispatch import ForwardDispatcher
-from gateway.proxy.forward.exchange import NOT_PAUSED, ForwardExchange, PauseReason
+from gateway.proxy.forward.exchange import NOT_PAUSED, ForwardExchange, ParsedRequest, PauseReason
 from gateway.proxy.http1.head_memos import HeadMemos
 from gateway.proxy.http1.heads import error_response
 from gateway.proxy.http1.request_framing import (
@@ -60,6 +60,21 @@ if TYPE_CHECKING:
     from gateway.proxy.forward.kept_decision import KeptDecision
 
 
+class Upgrades(Protocol):
+    """How a connection's protocol upgrades are served: an inspected connection's are judged by
+    its rules and relayed (`inspected/upgrades.InspectedUpgrades`); a connection without one
+    refuses them ("use CONNECT")."""
+
+    def take_over(self, client: ClientConnection, head: UpgradeHead) -> asyncio.BaseProtocol:
+        """Judge `head` and start relaying it; the protocol `client`'s transport belongs to from
+        now on. Raises a `GatewayError` (already recorded) to refuse it."""
+        ...
+
+    def refused_with_body(self) -> GatewayError:
+        """The refusal of an upgrade request that carries a body (not a WebSocket handshake)."""
+        ...
+
+
 class ListenerState(Protocol):
     """What a client connection reads from its listener (`server.ProxyServer`)."""
 
@@ -69,8 +84,6 @@ class ListenerState(Protocol):
     def wheel(self) -> DeadlineWheel: ...
     @property
     def records(self) -> DecisionRecords: ...
-    @property
-    def dispatcher(self) -> ForwardDispatcher: ...
     @property
     def connections(self) -> set[ClientConnection]: ...
     @property
@@ -110,6 +123,7 @@ class ClientConnection(asyncio.Protocol):
         "_audit_extra",
         "_closed",
         "_deadline",
+        "_dispatcher",
         "_early",
         "_exchange",
         "_framing",
@@ -117,7 +131,9 @@ class ClientConnection(asyncio.Protocol):
         "_pause_mask",
         "_queued",
         "_receiving",
+        "_refusal_port",
         "_tunnel",
+        "_upgrades",
         "audit_fields",
         "context",
         "head_memos",
@@ -126,18 +142,26 @@ class ClientConnection(asyncio.Protocol):
         "server",
         "transport",
     )
-    # The port a refusal's status line leaves out (an inspected connection's is 443).
-    refusal_default_port: ClassVar[int] = PLAIN_HTTP_DEFAULT_PORT
 
     def __init__(
         self,
         server: ListenerState,
+        dispatcher: ForwardDispatcher,
         *,
         original: tuple[IPAddress, int] | None = None,
         audit_extra: Mapping[str, Any] | None = None,
+        upgrades: Upgrades | None = None,
+        refusal_default_port: int = PLAIN_HTTP_DEFAULT_PORT,
     ) -> None:
         self.server = server
         self.head_memos = server.head_memos
+        # Where its requests are decided and sent: its listener's dispatcher, or its own (an
+        # inspected connection's, whose surface is the connection's principal and host).
+        self._dispatcher = dispatcher
+        # Who serves its upgrade requests; None: refused.
+        self._upgrades = upgrades
+        # The port a refusal's status line leaves out (an inspected connection's is 443).
+        self._refusal_port = refusal_default_port
         # Where a redirected connection was sent (the transparent listener's plain HTTP), else
         # None; `audit_extra` joins the client's members on every line (its `original_dst`).
         self.original = original
@@ -145,9 +169,11 @@ class ClientConnection(asyncio.Protocol):
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
         self.audit_fields: dict[str, Any] = {}
         self.context: ClientContext = None  # type: ignore[assignment]  # made in connection_made
-        # None once the connection is a tunnel (or refused): its parser's memory is freed.
-        # Each head it parses is made into its exchange at once (one object per request).
-        self._framing: RequestFraming[ForwardExchange] | None = RequestFraming(ForwardExchange, server.head_memos)
+        # None once the connection is a tunnel (or refused): its parser's memory is freed. Each
+        # head it parses is a `ParsedRequest`, which `_request_head` makes into its exchange.
+        self._framing: RequestFraming[ParsedRequest] | None = RequestFraming(
+            ParsedRequest, server.head_memos, upgrades=upgrades is not None
+        )
         self._exchange: ForwardExchange | None = None
         self._receiving: ForwardExchange | None = None
         self._queued: deque[ForwardExchange] = deque()
@@ -214,7 +240,7 @@ class ClientConnection(asyncio.Protocol):
         was_idle = limits.reason is ClientDeadline.KEEP_ALIVE_IDLE
         for event in framing.feed(data):
             # The events of a bodiless request first: one isinstance call each.
-            if isinstance(event, ForwardExchange):
+            if isinstance(event, ParsedRequest):
                 self._request_head(event)
             elif isinstance(event, RequestEnd):
                 self._request_end()
@@ -231,7 +257,10 @@ class ClientConnection(asyncio.Protocol):
                 self._begin_upgrade(event)
                 return
             else:
-                self._refuse(event.error)
+                error = event.error
+                if self._upgrades is not None and error.message == UPGRADE_REFUSED:
+                    error = self._upgrades.refused_with_body()
+                self._refuse(error)
                 return
         if was_idle and limits.reason is ClientDeadline.KEEP_ALIVE_IDLE:
             limits.bytes_arrived(time.monotonic(), self.server.core.policy.current.policy.proxy.head_timeout_s)
@@ -256,8 +285,8 @@ class ClientConnection(asyncio.Protocol):
         if self._attempt is None:
             self._deadline.release()  # while an attempt runs, the entry still bounds its dial
         for exchange in [self._exchange, *self._queued]:
-            if exchange is not None and exchange.upstream is not None:
-                upstream = exchange.upstream
+            upstream = exchange.transfer.upstream if exchange is not None else None
+            if exchange is not None and upstream is not None:
                 upstream.exchange = None
                 upstream.close()
                 self.server.records.record_exchange_close(exchange, "client_closed")
@@ -267,24 +296,23 @@ class ClientConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         if self._tunnel is not None:
             self._tunnel.upstream.pause_reading()
-        elif self._exchange is not None and self._exchange.upstream is not None:
-            self._exchange.upstream.pause_reading()
+        elif self._exchange is not None and self._exchange.transfer.upstream is not None:
+            self._exchange.transfer.upstream.pause_reading()
 
     def resume_writing(self) -> None:
         if self._tunnel is not None:
             if not self._tunnel.closed:
                 self._tunnel.upstream.resume_reading()
-        elif self._exchange is not None and self._exchange.upstream is not None:
-            self._exchange.upstream.resume_reading()
+        elif self._exchange is not None and self._exchange.transfer.upstream is not None:
+            self._exchange.transfer.upstream.resume_reading()
 
     # request events ---------------------------------------------------------------------------
-    def _request_head(self, exchange: ForwardExchange) -> None:
+    def _request_head(self, request: ParsedRequest) -> None:
         self._limits.request_started()  # no deadline of ours while the request is served
-        exchange.client = self
-        self._receiving = exchange
+        exchange = self._receiving = ForwardExchange(request, self)
         if self._exchange is None:
             self._exchange = exchange
-            self.server.dispatcher.start(exchange)
+            self._dispatcher.start(exchange)
         else:
             # Pipelined: answer in order, and read no further until this one's turn.
             self._queued.append(exchange)
@@ -311,9 +339,8 @@ class ClientConnection(asyncio.Protocol):
 
     def response_finished(self, exchange: ForwardExchange, *, keep_alive: bool, reason: str) -> None:
         # One histogram per request (latency); sizes are in the close audit line, which takes
-        # the same duration. One clock read for it and the keep-alive idle deadline.
-        now = time.monotonic()
-        duration_s = now - exchange.started
+        # the same duration.
+        duration_s = time.monotonic() - exchange.started
         _FORWARD_SECONDS.observe(duration_s)
         server = self.server
         server.records.record_exchange_close(exchange, reason, duration_s)
@@ -323,16 +350,12 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         # The finished request's own keep-alive, not the connection's.
-        limits = self._limits
-        if not limits.keep_alive(exchange.client_keep_alive, keep_alive, exchange.body_done, server.draining):
+        if not self._limits.keep_alive(
+            exchange.request.keep_alive, keep_alive, exchange.transfer.body_done, server.draining
+        ):
             self._close()
             return
-        if self._queued:
-            self._next_exchange()
-            return
-        # `_next_exchange` with nothing queued, inline: once per keep-alive request.
-        limits.response_finished(now, server.core.policy.current.policy.proxy.idle_timeout_s)
-        self._deadline.set_at(limits.at)
+        self._next_exchange()
 
     def fail_exchange(self, exchange: ForwardExchange, code: str, message: str) -> None:
         """The upstream failed mid-exchange: a 502 if nothing was sent yet, else cut the stream."""
@@ -341,7 +364,7 @@ class ClientConnection(asyncio.Protocol):
         self.server.activity_ended()
         if self._closed:
             return
-        upstream = exchange.upstream
+        upstream = exchange.transfer.upstream
         head_sent = upstream is not None and upstream.head_sent
         if not head_sent:
             error = GatewayError(ErrorCode(code), message)
@@ -357,16 +380,18 @@ class ClientConnection(asyncio.Protocol):
         asyncio.get_running_loop().call_soon(self._answer_refusal, exchange, error)
 
     def retry_exchange(self, exchange: ForwardExchange) -> None:
-        self.server.dispatcher.retry(exchange)
+        self._dispatcher.retry(exchange)
 
     # dispatch --------------------------------------------------------------------------------
     def _answer_refusal(self, exchange: ForwardExchange, error: GatewayError) -> None:
         self._exchange = None
         if self._closed:
             return
-        keep = self._limits.keep_alive(exchange.client_keep_alive, True, exchange.body_done, self.server.draining)
+        keep = self._limits.keep_alive(
+            exchange.request.keep_alive, True, exchange.transfer.body_done, self.server.draining
+        )
         conn = self.audit_fields.get("conn")
-        self.transport.write(error_response(error, keep_alive=keep, conn=conn, default_port=self.refusal_default_port))
+        self.transport.write(error_response(error, keep_alive=keep, conn=conn, default_port=self._refusal_port))
         if keep:
             self._next_exchange()
         else:
@@ -377,7 +402,7 @@ class ClientConnection(asyncio.Protocol):
             exchange = self._exchange = self._queued.popleft()
             if not self._queued:
                 self.resume_client_reading(PauseReason.PIPELINE)
-            self.server.dispatcher.start(exchange)
+            self._dispatcher.start(exchange)
             return
         self._limits.response_finished(time.monotonic(), self.server.core.policy.current.policy.proxy.idle_timeout_s)
         self._deadline.set_at(self._limits.at)
@@ -397,9 +422,23 @@ class ClientConnection(asyncio.Protocol):
         attempt.start()
 
     def _begin_upgrade(self, head: UpgradeHead) -> None:
-        """An upgrade request (only a framing made with `upgrades=True` emits one: an inspected
-        connection's, which overrides this)."""
-        self._refuse(GatewayError(ErrorCode.INVALID_INPUT, UPGRADE_REFUSED))
+        """An upgrade request (only a framing made with `upgrades=True`, for a connection given
+        `Upgrades`, emits one): judged and relayed by them, the transport theirs from then on."""
+        upgrades = self._upgrades
+        if upgrades is None:
+            self._refuse(GatewayError(ErrorCode.INVALID_INPUT, UPGRADE_REFUSED))
+            return
+        self._framing = None  # whatever follows is the upgraded protocol's, or nothing
+        try:
+            relay = upgrades.take_over(self, head)
+        except GatewayError as error:
+            self._answer_and_close(error, self._refusal_port)
+            return
+        # This protocol is done; the relay owns the transport from here.
+        self._closed = True
+        self.server.connections.discard(self)
+        self._deadline.cancel()
+        self.transport.set_protocol(relay)
 
     # TunnelClient (tunnel/attempt.py): the attempt gives the transport away, or ends ------------
     def gone_reason(self) -> str | None:
@@ -448,7 +487,7 @@ class ClientConnection(asyncio.Protocol):
         self._framing = None
         if self._closed:
             return
-        if self._exchange is not None and self._exchange.upstream is not None:
+        if self._exchange is not None and self._exchange.transfer.upstream is not None:
             # Mid-body: the request already went upstream; nothing consistent can be sent back.
             self.abort("malformed_request")
             return
@@ -469,12 +508,15 @@ class ClientConnection(asyncio.Protocol):
     def revoke_if_denied(self) -> None:
         """Drop the request in flight (and the connection) if the policy now denies its destination."""
         exchange = self._exchange
-        if exchange is None or exchange.target is None or exchange.principal_rule is None or self._closed:
+        if exchange is None or self._closed:
             return
-        upstream = exchange.upstream
-        address = upstream.key[1] if upstream is not None else exchange.target.address_texts[0]
+        target, principal = exchange.decision.target, exchange.decision.principal
+        if target is None or principal is None:
+            return
+        upstream = exchange.transfer.upstream
+        address = upstream.key[1] if upstream is not None else target.address_texts[0]
         loaded = self.server.core.policy.current
-        if revocation(self.server.core, loaded, exchange.principal_rule, exchange.target, address) is None:
+        if revocation(self.server.core, loaded, principal, target, address) is None:
             return
         if upstream is not None:
             upstream.exchange = None

@@ -75,7 +75,11 @@ class ProxyServer:
     async def start(self, host: str, port: int) -> None:
         loop = self.loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            functools.partial(ClientConnection, self), host, port, backlog=LISTEN_BACKLOG, reuse_address=True
+            functools.partial(ClientConnection, self, self.dispatcher),
+            host,
+            port,
+            backlog=LISTEN_BACKLOG,
+            reuse_address=True,
         )
 
     async def drain(self, grace_s: float) -> None:
