@@ -49,7 +49,7 @@ from gateway.tools.search.tool import SearchTool
 
 if TYPE_CHECKING:
     from gateway.dnsguard.server import DnsListener
-    from gateway.proxy.inspected import InspectService
+    from gateway.proxy.inspected.service import InspectService
     from gateway.transparent.listener import TransparentListener
 
 log = logging.getLogger("egress_gateway")
@@ -256,7 +256,7 @@ class Gateway:
 
         from gateway.inspect.authority import load_authority  # noqa: PLC0415
         from gateway.inspect.leaves import LeafContexts  # noqa: PLC0415
-        from gateway.proxy.inspected import InspectService  # noqa: PLC0415
+        from gateway.proxy.inspected.service import InspectService  # noqa: PLC0415
 
         authority = load_authority(settings.inspect_ca_cert, settings.inspect_ca_key)
         leaf_dir = Path(settings.inspect_leaf_dir) if settings.inspect_leaf_dir else None

@@ -17,7 +17,18 @@ from tests.harness.gateway import GatewayProcess
 from tests.harness.origins import HarnessLoop, OriginFactory
 from tests.harness.parallel import FileScheduling
 
-pytest_plugins = ["tests.harness.redis_server", "tests.harness.redis_topologies"]
+# Fixture modules of the harness: a test module asks for their fixtures by name, never imports them.
+# A module another one imports comes first (proxy before inspection), or pytest cannot rewrite its
+# asserts and warns, which `filterwarnings = error` makes fatal.
+pytest_plugins = [
+    "tests.harness.proxy",
+    "tests.harness.cli",
+    "tests.harness.inspection",
+    "tests.harness.mcp_gateway",
+    "tests.harness.redis_server",
+    "tests.harness.redis_topologies",
+    "tests.harness.scripted_origin",
+]
 
 
 # The line kinds each of these tests writes: when it passed, the session's schema check must

@@ -18,17 +18,21 @@ proxy's classes (they are configured: a `ListenerState`, a `ForwardSurface`, con
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.model import LoadedPolicy, Principal
-from gateway.proxy.client_connection import ClientConnection, Inspection
+from gateway.proxy.client_connection import ClientConnection
+from gateway.proxy.decision.caches import DecisionCaches, ForwardTarget
 from gateway.proxy.decision.records import DecisionRecords
 from gateway.proxy.forward.dispatch import ForwardDispatcher
 from gateway.proxy.forward.exchange import ForwardExchange
 from gateway.proxy.server import ProxyServer
+from gateway.proxy.tunnel.attempt import Inspection
 from gateway.transparent.destination import pin_destination
-from gateway.transparent.listener import KIND, HttpHandOver
+from gateway.transparent.listener import HttpHandOver
+from gateway.transparent.tunnel_surface import KIND
 from gateway.transparent.verdicts import format_original, principal_for_port
 from gateway.vet.addresses import IPAddress
 
@@ -49,22 +53,28 @@ def absolute_target(url: bytes, headers: list[tuple[bytes, bytes]], original_por
 
 class PortRequests:
     """`ForwardSurface` of one transparent port: its principal, origin-form targets made absolute
-    from their Host, and the destination rule applied before sending."""
+    from their Host, and the destination rule applied before sending; plain TCP upstream."""
 
-    def __init__(self, records: DecisionRecords, uid: int | None) -> None:
+    outbound_scheme = "http"
+    outbound_kind = "http"
+    dial_kind = "http"
+
+    def __init__(self, records: DecisionRecords, caches: DecisionCaches, uid: int | None) -> None:
         self.records = records
+        self.caches = caches
         self.uid = uid
 
     def principal_for(self, loaded: LoadedPolicy) -> Principal:
         # The uid decides who is asking; a Proxy-Authorization the agent adds changes nothing.
         return principal_for_port(loaded, self.uid)
 
-    def request_url(self, exchange: ForwardExchange) -> bytes:
+    def request_url(self, exchange: ForwardExchange, loaded: LoadedPolicy) -> bytes:
         client = exchange.client
         original = client.original
         assert original is not None  # every connection of a port listener was redirected
+        request = exchange.request
         try:
-            return absolute_target(exchange.url, exchange.headers, original[1])
+            return absolute_target(request.url, request.headers, original[1])
         except GatewayError as error:
             self.records.record_deny(
                 KIND, None, None, original[1], error=error, generation=0, client=client.audit_fields
@@ -76,20 +86,26 @@ class PortRequests:
         assert original is not None
         return pin_destination(loaded.policy.transparent, target, original[0])
 
+    def forward_target(self, url: bytes) -> ForwardTarget:
+        return self.caches.forward_target(url)
+
+    async def upstream_tls(self) -> ssl.SSLContext | None:
+        return None
+
 
 class PortListener:
     """`ListenerState` of one transparent port for the proxy's `ClientConnection`: the forward
-    proxy's tunnel bookkeeping, upstream pool and inspection (so limits and pooled connections are
-    the gateway's, not per port), its own records (kind `transparent`) and dispatcher (the port's
-    `PortRequests`); it never listens itself and serves no CONNECT."""
+    proxy's upstream pool and inspection (so pooled connections are the gateway's, not per port),
+    its own records (kind `transparent`) and dispatcher (the port's `PortRequests`); it never
+    listens itself and serves no CONNECT."""
 
     connect_refusal = "CONNECT is not accepted on a transparent connection"
+    connect_surface = None
 
     def __init__(self, proxy: ProxyServer, uid: int | None) -> None:
         self.proxy = proxy
         self.core = proxy.core
         self.wheel = proxy.wheel
-        self.tunnels = proxy.tunnels
         # The forward proxy's: the same agents send the same heads on either path.
         self.head_memos = proxy.head_memos
         self.records = DecisionRecords(proxy.audit, kind=KIND)
@@ -99,7 +115,7 @@ class PortListener:
             self.records,
             proxy.pool,
             proxy.dispatcher.guard,
-            surface=PortRequests(self.records, uid),
+            surface=PortRequests(self.records, proxy.caches, uid),
         )
         self.connections: set[ClientConnection] = set()
         self.draining = False
@@ -131,7 +147,9 @@ class TransparentHttp(HttpHandOver):
             server = self.servers[uid] = PortListener(self.proxy, uid)
         # On every line of the connection, as on a tunnel's: a request dialled at the metadata
         # address with an allowed Host must not read like any other request to that host.
-        client = ClientConnection(server, original=original, audit_extra={"original_dst": format_original(original)})
+        client = ClientConnection(
+            server, server.dispatcher, original=original, audit_extra={"original_dst": format_original(original)}
+        )
         transport.set_protocol(client)
         client.connection_made(transport)
         client.data_received(first)

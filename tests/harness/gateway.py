@@ -189,22 +189,42 @@ class GatewayProcess:
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
 
-    def audit_lines(self) -> list[dict[str, Any]]:
+    def audit_mark(self) -> int:
+        """How many whole lines the audit log holds now: `audit_lines(since=mark)` is what came
+        after, one test's share of a gateway its module shares."""
+        return self.audit_path.read_bytes().count(b"\n") if self.audit_path.exists() else 0
+
+    def audit_lines(self, since: int = 0) -> list[dict[str, Any]]:
         if not self.audit_path.exists():
             return []
-        return [orjson.loads(line) for line in self.audit_path.read_bytes().splitlines() if line.strip()]
+        lines = self.audit_path.read_bytes().splitlines()[since:]
+        return [orjson.loads(line) for line in lines if line.strip()]
 
     def wait_audit(
-        self, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 5.0
+        self, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 5.0, since: int = 0
     ) -> list[dict[str, Any]]:
-        """Audit lines once `predicate` holds: a proxy close line is written when the proxy
-        sees the close, which can be just after the client has its answer."""
+        """Audit lines (from line `since` on) once `predicate` holds: a proxy close line is
+        written when the proxy sees the close, which can be just after the client has its answer."""
         deadline = time.monotonic() + timeout_s
-        lines = self.audit_lines()
+        lines = self.audit_lines(since)
         while not predicate(lines) and time.monotonic() < deadline:
             time.sleep(0.02)
-            lines = self.audit_lines()
+            lines = self.audit_lines(since)
         return lines
+
+    def wait_audit_quiet(self, quiet_s: float = 0.2, timeout_s: float = 3.0) -> None:
+        """Until the audit log has not grown for `quiet_s` (at most `timeout_s`): on a gateway a
+        module shares, the lines one test caused after its client had its answer (close lines,
+        a refusal's security line) land before the next test marks where its own begin."""
+        deadline = time.monotonic() + timeout_s
+        size, unchanged_since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            now = self.audit_path.stat().st_size if self.audit_path.exists() else 0
+            if now != size:
+                size, unchanged_since = now, time.monotonic()
+            elif time.monotonic() - unchanged_since >= quiet_s:
+                return
+            time.sleep(0.02)
 
     def signal(self, signum: int) -> None:
         assert self.process is not None

@@ -1,12 +1,15 @@
-"""Inspection tests' harness: a gateway with an interception CA, the files agents trust, and the
-environment each client gets (the CA only through the variables the docs list). No tests here."""
+"""Inspection tests' harness: a gateway with an interception CA, the files agents trust, the
+environment each client gets (the CA only through the variables the docs list), and the policy
+that inspects one origin. No tests here.
+
+The root conftest loads this module as a pytest plugin, so a test module asks for
+`inspecting_gateway` and `interception_ca` by name without importing them."""
 
 from __future__ import annotations
 
 import os
-import socket
 import ssl
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess
 from tests.harness.origins import Origin
+from tests.harness.proxy import open_tunnel, proxy_policy
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,9 @@ class InspectingGateway(GatewayProcess):
         return [line for line in self.audit_lines() if line.get("kind") == "inspect"]
 
 
+InspectingGatewayFactory = Callable[..., InspectingGateway]
+
+
 @pytest.fixture
 def inspecting_gateway(
     tmp_path: Path, fake_dns: FakeDNS, pki: TestPKI, interception_ca: InterceptionCA
@@ -102,25 +109,40 @@ def inspecting_gateway(
 API = "api.example.org"
 
 
+def inspect_policy(
+    origin: Origin,
+    entry: Mapping[str, Any],
+    *,
+    also: Sequence[Origin] = (),
+    allow_domains: Sequence[str] = ("*",),
+    proxy: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A proxy policy whose default principal inspects `origin` (its first name, on its port) under
+    `entry`'s rules (`access`, `allow`, `deny`); the origins in `also` are reachable, not inspected."""
+    reachable = (origin, *also)
+    inspected = {"host": origin.names[0], "ports": [origin.port], **entry}
+    return proxy_policy(
+        [each.cidr for each in reachable],
+        principals={"default": {"egress": {"allow_domains": list(allow_domains)}, "inspect": [inspected]}},
+        ports=[80, 443, *(each.port for each in reachable)],
+        proxy=proxy,
+    )
+
+
 def tls_through(
-    gateway: InspectingGateway, ca: InterceptionCA, origin: Origin, *, alpn: list[str] | None = None
+    gateway: InspectingGateway,
+    ca: InterceptionCA,
+    origin: Origin,
+    *,
+    host: str = API,
+    alpn: list[str] | None = None,
+    timeout_s: float = 5.0,
 ) -> ssl.SSLSocket:
-    """A CONNECT to api.example.org through `gateway`, then TLS trusting only the interception CA."""
-    sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=5)
-    sock.sendall(f"CONNECT {API}:{origin.port} HTTP/1.1\r\nHost: {API}\r\n\r\n".encode())
-    assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    """A CONNECT to `host` on the origin's port through `gateway`, then TLS trusting only the
+    interception CA (so only the gateway's leaf for `host` passes)."""
+    sock, answer = open_tunnel(gateway.port, f"{host}:{origin.port}", timeout_s=timeout_s)
+    assert answer.startswith(b"HTTP/1.1 200"), answer
     context = ssl.create_default_context(cafile=str(ca.ca_only))
     if alpn:
         context.set_alpn_protocols(alpn)
-    return context.wrap_socket(sock, server_hostname=API)
-
-
-def read_response(tls: ssl.SSLSocket) -> bytes:
-    """Bytes up to the end of a response head (or the close)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = tls.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data
+    return context.wrap_socket(sock, server_hostname=host)

@@ -2,7 +2,8 @@
 
 Owns the site (a short page, a long one, a search endpoint), the policy naming the agent (both
 tools), the searcher (search only) and the tight principal (one fetch per run), and
-`started_mcp_gateway`, which starts origin and gateway for a module and stops them after it.
+`started_mcp_gateway`, which starts origin and gateway and stops them after, and `mcp_gateway`,
+the module-scoped fixture around it (the root conftest loads this module as a pytest plugin).
 Shared by the Python SDK tests (test_mcp_http) and the TypeScript SDK ones (test_mcp_ts_client).
 No tests live here.
 """
@@ -116,6 +117,15 @@ def started_mcp_gateway(
     finally:
         gateway.stop()
         factory.stop_all()
+
+
+@pytest.fixture(scope="module")
+def mcp_gateway(
+    tmp_path_factory: pytest.TempPathFactory, harness_loop: HarnessLoop, pki: TestPKI, fake_dns: FakeDNS
+) -> Iterator[GatewayProcess]:
+    """One MCP gateway a module shares: its tests keep apart by run ids (`new_run`)."""
+    with started_mcp_gateway(tmp_path_factory, harness_loop, pki, fake_dns) as gateway:
+        yield gateway
 
 
 def page_url(path: str) -> str:

@@ -4,7 +4,8 @@
 ports) with helpers to read its RSS and wait for audit lines, so tests can drive the proxy with
 curl and httpx exactly as an agent would and send the daemon SIGTERM; `proxy_factory` is the
 fixture that starts them (`module_proxy_factory` for one a module shares), `raw_exchange` talks raw
-bytes to one. No tests live here.
+bytes to one, `open_tunnel` sends it a CONNECT and `read_head` reads an answer's head. The root
+conftest loads this module as a pytest plugin. No tests live here.
 """
 
 from __future__ import annotations
@@ -81,6 +82,27 @@ def raw_exchange(port: int, payload: bytes, *, timeout_s: float = 5.0) -> bytes:
         except TimeoutError:
             pass
         return b"".join(chunks)
+
+
+def read_head(sock: socket.socket) -> bytes:
+    """What arrives up to a head's end (`\r\n\r\n`), with whatever the same reads brought after
+    it; without the end when the peer closed first (so a caller's assertion shows what came)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def open_tunnel(port: int, authority: str, *headers: str, timeout_s: float = 5.0) -> tuple[socket.socket, bytes]:
+    """A CONNECT for `authority` (with extra header lines) to the proxy on `port`: the socket, left
+    open for the tunnel, and the proxy's answer head."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+    extra = "".join(header + "\r\n" for header in headers)
+    sock.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{extra}\r\n".encode())
+    return sock, read_head(sock)
 
 
 P = TypeVar("P", bound=ProxyProcess)

@@ -17,6 +17,7 @@ import pytest
 
 from tests.harness.dns import FakeDNS
 from tests.harness.origins import OriginFactory
+from tests.harness.proxy import read_head
 
 Handler = Callable[["ScriptedOrigin", socket.socket, int], None]
 HANDLER_TIMEOUT_S = 20.0
@@ -58,12 +59,9 @@ class ScriptedOrigin:
 
     def read_request(self, conn: socket.socket) -> bytes:
         """One request head (and whatever came with it); b"" when the peer closed first."""
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return b""
-            data += chunk
+        data = read_head(conn)
+        if b"\r\n\r\n" not in data:
+            return b""
         with self._lock:
             self.requests.append(data)
         return data

@@ -14,9 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness.cli import check_env, run_cli
-
-__all__ = ["check_env"]  # the module fixture of tests/harness/cli.py
+from tests.harness.cli import run_cli
 
 CHECK_KEYS = {"allowed", "code", "reason", "host", "addresses"}
 

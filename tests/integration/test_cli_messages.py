@@ -15,12 +15,10 @@ from aiohttp import web
 
 from tests.conftest import GatewayFactory
 from tests.harness.certs import TestPKI
-from tests.harness.cli import check_env, run_cli
+from tests.harness.cli import run_cli
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import policy_document
 from tests.harness.origins import OriginFactory
-
-__all__ = ["check_env"]  # the module fixture of tests/harness/cli.py
 
 
 def test_a_blocked_name_reads_as_a_sentence_and_check_lists_what_it_resolved_to(

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import ssl
 import subprocess
 import sys
@@ -29,13 +28,10 @@ import pytest
 from aiohttp import web
 
 from gateway.policy.decide import token_digest
-from tests.harness.inspection import InspectingGateway, InterceptionCA, inspecting_gateway, interception_ca
+from tests.harness.inspection import InspectingGateway, InspectingGatewayFactory, InterceptionCA, tls_through
 from tests.harness.origins import Origin, OriginFactory
-from tests.harness.proxy import proxy_policy
+from tests.harness.proxy import proxy_policy, read_head
 
-__all__ = ["inspecting_gateway", "interception_ca"]
-
-GatewayFactory = Callable[..., InspectingGateway]
 BOUND = "api.bound.example"
 UNBOUND = "ws.unbound.example"  # inspected by an `inspect` entry, bound by no credential
 VALUE = "corp-" + "RealValue0" * 3 + "xyz"  # 38 characters, a shape no rule knows
@@ -107,24 +103,14 @@ class Bound:
     def upgrade(self, host: str, target: str, authorization: str | None = None) -> bytes:
         """A WebSocket upgrade through CONNECT and the gateway's leaf (a raw TLS client, to read
         the answer head as the agent gets it); the bytes up to the head's end."""
-        with socket.create_connection(("127.0.0.1", self.gateway.port), timeout=10) as sock:
-            sock.sendall(f"CONNECT {host}:{self.origin.port} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
-            context = ssl.create_default_context(cafile=str(self.ca.ca_only))
-            with context.wrap_socket(sock, server_hostname=host) as tls:
-                auth = f"Authorization: {authorization}\r\n" if authorization else ""
-                tls.sendall(
-                    f"GET {target} HTTP/1.1\r\nHost: {host}:{self.origin.port}\r\n{auth}Connection: Upgrade\r\n"
-                    "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
-                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n".encode()
-                )
-                answer = b""
-                while b"\r\n\r\n" not in answer:
-                    chunk = tls.recv(65536)
-                    if not chunk:
-                        break
-                    answer += chunk
-        return answer
+        with tls_through(self.gateway, self.ca, self.origin, host=host, timeout_s=10) as tls:
+            auth = f"Authorization: {authorization}\r\n" if authorization else ""
+            tls.sendall(
+                f"GET {target} HTTP/1.1\r\nHost: {host}:{self.origin.port}\r\n{auth}Connection: Upgrade\r\n"
+                "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n".encode()
+            )
+            return read_head(tls)
 
     def assert_nothing_leaked(self) -> None:
         captured = self.gateway.audit_path.read_text() + self.gateway.stderr()
@@ -181,7 +167,10 @@ def _policy(
 
 @pytest.fixture
 def make_bound(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, origins: OriginFactory, tmp_path: Path
+    inspecting_gateway: InspectingGatewayFactory,
+    interception_ca: InterceptionCA,
+    origins: OriginFactory,
+    tmp_path: Path,
 ) -> Callable[..., Bound]:
     def start(*, require: bool = False, default: dict[str, Any] | None = None) -> Bound:
         secrets = tmp_path / "secrets"

@@ -10,20 +10,14 @@ import os
 import subprocess
 import sys
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
 from tests.harness.git_origin import git_http_app, make_bare_repository
-from tests.harness.inspection import InspectingGateway, InterceptionCA, inspecting_gateway, interception_ca
-from tests.harness.origins import Origin, OriginFactory
-from tests.harness.proxy import proxy_policy
+from tests.harness.inspection import InspectingGatewayFactory, InterceptionCA, inspect_policy
+from tests.harness.origins import OriginFactory
 
-__all__ = ["inspecting_gateway", "interception_ca"]
-
-GatewayFactory = Callable[..., InspectingGateway]
 GIT_HOST = "git.example.org"
 INDEX_HOST = "pypi.example.org"
 READ_ONLY_GIT = {
@@ -35,30 +29,20 @@ READ_ONLY_GIT = {
 }
 
 
-def _policy(origin: Origin, entry: dict[str, Any]) -> dict[str, Any]:
-    return proxy_policy(
-        [origin.cidr],
-        principals={
-            "default": {
-                "egress": {"allow_domains": ["*"]},
-                "inspect": [{"host": origin.names[0], "ports": [origin.port], **entry}],
-            }
-        },
-        ports=[80, 443, origin.port],
-    )
-
-
 def _git(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_git_clone_and_fetch_pass_a_read_only_rule_set_and_push_is_refused(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, origins: OriginFactory, tmp_path: Path
+    inspecting_gateway: InspectingGatewayFactory,
+    interception_ca: InterceptionCA,
+    origins: OriginFactory,
+    tmp_path: Path,
 ) -> None:
     bare = make_bare_repository(tmp_path / "server")
     seen: list[str] = []
     origin = origins.start(git_http_app(bare.parent, seen), names=(GIT_HOST,))
-    gateway = inspecting_gateway(_policy(origin, READ_ONLY_GIT))
+    gateway = inspecting_gateway(inspect_policy(origin, READ_ONLY_GIT))
     env = {
         **interception_ca.agent_env(gateway.proxy_url),
         "GIT_TERMINAL_PROMPT": "0",
@@ -147,12 +131,15 @@ def _index_app(packages: dict[str, tuple[str, bytes]]) -> web.Application:
 
 
 def test_pip_installs_from_an_inspected_index_and_a_rule_refuses_a_project(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, origins: OriginFactory, tmp_path: Path
+    inspecting_gateway: InspectingGatewayFactory,
+    interception_ca: InterceptionCA,
+    origins: OriginFactory,
+    tmp_path: Path,
 ) -> None:
     packages = {name: _wheel(name, "1.0") for name in ("tinypkg", "blockedpkg")}
     origin = origins.start(_index_app(packages), names=(INDEX_HOST,))
     entry = {"access": "read-only", "deny": [{"id": "no-blockedpkg", "paths": ["/simple/blockedpkg/**"]}]}
-    gateway = inspecting_gateway(_policy(origin, entry))
+    gateway = inspecting_gateway(inspect_policy(origin, entry))
     env = {
         **interception_ca.agent_env(gateway.proxy_url),
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",

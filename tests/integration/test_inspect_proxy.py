@@ -16,7 +16,6 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +26,17 @@ from gateway.inspect.authority import load_authority, mint_leaf
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.inspection import (
+    API,
     InspectingGateway,
+    InspectingGatewayFactory,
     InterceptionCA,
-    inspecting_gateway,
-    interception_ca,
-    read_response,
+    inspect_policy,
     tls_through,
 )
 from tests.harness.origins import HarnessLoop, Origin, OriginFactory, listening_socket, stop_serving
-from tests.harness.proxy import proxy_policy
+from tests.harness.proxy import proxy_policy, read_head
 from tests.harness.tls_records import CHANGE_CIPHER_SPEC, client_hello, without_key_shares
 
-__all__ = ["inspecting_gateway", "interception_ca"]
-
-GatewayFactory = Callable[..., InspectingGateway]
-API = "api.example.org"
 PLAIN = "splice.example.org"
 
 
@@ -58,25 +53,12 @@ def _app() -> web.Application:
 
 
 def _policy(origin: Origin, plain: Origin | None = None, *, reads: str = "read-only") -> dict[str, Any]:
-    cidrs = [origin.cidr] + ([plain.cidr] if plain is not None else [])
-    return proxy_policy(
-        cidrs,
-        principals={
-            "default": {
-                "egress": {"allow_domains": ["*"]},
-                "inspect": [
-                    {
-                        "host": API,
-                        "ports": [origin.port],
-                        "access": reads,
-                        "allow": [{"id": "issue-comments", "methods": ["POST"], "paths": ["/repos/myorg/*/issues"]}],
-                        "deny": [{"id": "no-admin", "paths": ["/admin/**"]}],
-                    }
-                ],
-            }
-        },
-        ports=[80, 443, origin.port] + ([plain.port] if plain is not None else []),
-    )
+    rules = {
+        "access": reads,
+        "allow": [{"id": "issue-comments", "methods": ["POST"], "paths": ["/repos/myorg/*/issues"]}],
+        "deny": [{"id": "no-admin", "paths": ["/admin/**"]}],
+    }
+    return inspect_policy(origin, rules, also=[plain] if plain is not None else [])
 
 
 @pytest.fixture
@@ -96,7 +78,7 @@ def _curl(ca: InterceptionCA, gateway: InspectingGateway, *args: str) -> subproc
 
 
 def test_curl_allowed_and_refused_per_request_with_audit_lines(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
+    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
 ) -> None:
     gateway = inspecting_gateway(_policy(api_origin))
     url = f"https://{API}:{api_origin.port}"
@@ -131,7 +113,7 @@ def test_curl_allowed_and_refused_per_request_with_audit_lines(
 
 
 def test_httpx_with_strict_verification_through_ssl_cert_file(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
+    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
 ) -> None:
     gateway = inspecting_gateway(_policy(api_origin))
     script = (
@@ -160,7 +142,7 @@ def test_httpx_with_strict_verification_through_ssl_cert_file(
 
 
 def test_a_host_not_named_in_inspect_is_spliced_untouched(
-    inspecting_gateway: GatewayFactory, origins: OriginFactory, api_origin: Origin, pki: TestPKI
+    inspecting_gateway: InspectingGatewayFactory, origins: OriginFactory, api_origin: Origin, pki: TestPKI
 ) -> None:
     plain = origins.start(_app(), names=(PLAIN,))
     gateway = inspecting_gateway(_policy(api_origin, plain))
@@ -185,12 +167,12 @@ def test_a_host_not_named_in_inspect_is_spliced_untouched(
     ids=["other-host", "suffix", "two-hosts"],
 )
 def test_fronting_inside_tls_is_host_mismatch_and_audited(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, api_origin: Origin, host_line: str
+    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, api_origin: Origin, host_line: str
 ) -> None:
     gateway = inspecting_gateway(_policy(api_origin))
     with tls_through(gateway, interception_ca, api_origin) as tls:
         tls.sendall(f"GET /a HTTP/1.1\r\n{host_line}\r\n\r\n".encode())
-        answer = read_response(tls)
+        answer = read_head(tls)
     assert answer.startswith(b"HTTP/1.1 400") or answer.startswith(b"HTTP/1.1 403"), answer
     lines = gateway.wait_audit(lambda ls: any(x.get("code") in ("host_mismatch", "invalid_input") for x in ls))
     codes = {line.get("code") for line in lines if line.get("kind") in ("inspect", "http")}
@@ -198,12 +180,12 @@ def test_fronting_inside_tls_is_host_mismatch_and_audited(
 
 
 def test_absolute_form_naming_another_host_is_host_mismatch(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
+    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
 ) -> None:
     gateway = inspecting_gateway(_policy(api_origin))
     with tls_through(gateway, interception_ca, api_origin) as tls:
         tls.sendall(f"GET https://other.example.org/a HTTP/1.1\r\nHost: {API}\r\n\r\n".encode())
-        answer = read_response(tls)
+        answer = read_head(tls)
     assert answer.startswith(b"HTTP/1.1 400"), answer
     assert b"host_mismatch" in answer
     lines = gateway.wait_audit(lambda ls: any(x.get("code") == "host_mismatch" for x in ls))
@@ -213,7 +195,7 @@ def test_absolute_form_naming_another_host_is_host_mismatch(
 
 
 def test_smuggling_inside_tls_is_refused(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
+    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
 ) -> None:
     gateway = inspecting_gateway(_policy(api_origin))
     with tls_through(gateway, interception_ca, api_origin) as tls:
@@ -221,7 +203,7 @@ def test_smuggling_inside_tls_is_refused(
             f"POST /repos/myorg/x/issues HTTP/1.1\r\nHost: {API}\r\nContent-Length: 4\r\n"
             "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin/x HTTP/1.1\r\nHost: api.example.org\r\n\r\n".encode()
         )
-        answer = read_response(tls)
+        answer = read_head(tls)
     assert answer.startswith(b"HTTP/1.1 400"), answer
     time.sleep(0.2)
     assert not [x for x in gateway.inspect_lines() if x.get("path", "").startswith("/admin")]
@@ -235,7 +217,7 @@ def _h2_exchange(gateway: InspectingGateway, ca: InterceptionCA, origin: Origin)
 
 
 def test_h2_only_client_hello_is_refused_as_inspection_unsupported(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
+    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
 ) -> None:
     gateway = inspecting_gateway(_policy(api_origin))
     with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
@@ -247,7 +229,7 @@ def test_h2_only_client_hello_is_refused_as_inspection_unsupported(
 
 
 def test_a_client_that_does_not_trust_the_ca_is_logged_once_per_host(
-    inspecting_gateway: GatewayFactory, api_origin: Origin
+    inspecting_gateway: InspectingGatewayFactory, api_origin: Origin
 ) -> None:
     gateway = inspecting_gateway(_policy(api_origin))
     for _ in range(2):
@@ -268,20 +250,20 @@ def test_a_client_that_does_not_trust_the_ca_is_logged_once_per_host(
 
 
 def test_a_reload_changes_the_next_request_on_a_kept_alive_connection(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
+    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
 ) -> None:
     gateway = inspecting_gateway(_policy(api_origin))
     with tls_through(gateway, interception_ca, api_origin) as tls:
         request = f"PUT /repos/x HTTP/1.1\r\nHost: {API}\r\nContent-Length: 0\r\n\r\n".encode()
         tls.sendall(request)
-        assert read_response(tls).startswith(b"HTTP/1.1 403")
+        assert read_head(tls).startswith(b"HTTP/1.1 403")
         gateway.write_policy(_policy(api_origin, reads="read-write"))
         deadline = time.monotonic() + 10
         answer = b""
         while time.monotonic() < deadline:
             time.sleep(0.3)
             tls.sendall(request)
-            answer = read_response(tls)
+            answer = read_head(tls)
             if answer.startswith(b"HTTP/1.1 200"):
                 break
         assert answer.startswith(b"HTTP/1.1 200"), answer
@@ -294,7 +276,7 @@ def test_a_reload_changes_the_next_request_on_a_kept_alive_connection(
 
 
 def test_plain_http_to_an_inspected_host_is_judged_by_the_same_rules(
-    inspecting_gateway: GatewayFactory, origins: OriginFactory
+    inspecting_gateway: InspectingGatewayFactory, origins: OriginFactory
 ) -> None:
     plain = origins.start(_app(), names=(API,), tls=False)
     policy = proxy_policy(
@@ -317,7 +299,7 @@ def test_plain_http_to_an_inspected_host_is_judged_by_the_same_rules(
 
 
 def test_a_second_client_hello_after_hello_retry_naming_another_host_is_refused(
-    inspecting_gateway: GatewayFactory, api_origin: Origin
+    inspecting_gateway: InspectingGatewayFactory, api_origin: Origin
 ) -> None:
     gateway = inspecting_gateway(_policy(api_origin))
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as sock:
@@ -340,7 +322,7 @@ def test_a_second_client_hello_after_hello_retry_naming_another_host_is_refused(
 
 
 def test_the_interception_ca_is_never_trusted_upstream(
-    inspecting_gateway: GatewayFactory,
+    inspecting_gateway: InspectingGatewayFactory,
     interception_ca: InterceptionCA,
     origins: OriginFactory,
     harness_loop: HarnessLoop,

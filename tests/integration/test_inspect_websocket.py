@@ -14,7 +14,6 @@ import asyncio
 import signal
 import ssl
 import time
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -22,20 +21,15 @@ import pytest
 from aiohttp import web
 
 from tests.harness.inspection import (
+    API,
     InspectingGateway,
+    InspectingGatewayFactory,
     InterceptionCA,
-    inspecting_gateway,
-    interception_ca,
-    read_response,
+    inspect_policy,
     tls_through,
 )
 from tests.harness.origins import Origin, OriginFactory
-from tests.harness.proxy import proxy_policy
-
-__all__ = ["inspecting_gateway", "interception_ca"]
-
-GatewayFactory = Callable[..., InspectingGateway]
-API = "api.example.org"
+from tests.harness.proxy import read_head
 
 
 class EchoOrigin:
@@ -68,24 +62,8 @@ class EchoOrigin:
 
 
 def _policy(origin: Origin, **proxy: Any) -> dict[str, Any]:
-    return proxy_policy(
-        [origin.cidr],
-        principals={
-            "default": {
-                "egress": {"allow_domains": ["*"]},
-                "inspect": [
-                    {
-                        "host": API,
-                        "ports": [origin.port],
-                        "access": "read-only",
-                        "deny": [{"id": "no-admin", "paths": ["/admin/**"]}],
-                    }
-                ],
-            }
-        },
-        ports=[443, origin.port],
-        proxy=proxy or None,
-    )
+    rules = {"access": "read-only", "deny": [{"id": "no-admin", "paths": ["/admin/**"]}]}
+    return inspect_policy(origin, rules, proxy=proxy or None)
 
 
 @pytest.fixture
@@ -125,7 +103,7 @@ async def _exchange(gateway: InspectingGateway, ca: InterceptionCA, url: str) ->
 
 
 def test_an_allowed_websocket_upgrade_is_relayed_both_ways_and_audited(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, echo: tuple[EchoOrigin, Origin]
+    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, echo: tuple[EchoOrigin, Origin]
 ) -> None:
     counter, origin = echo
     gateway = inspecting_gateway(_policy(origin))
@@ -143,7 +121,7 @@ def test_an_allowed_websocket_upgrade_is_relayed_both_ways_and_audited(
 
 
 def test_a_denied_websocket_upgrade_never_reaches_the_origin(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, echo: tuple[EchoOrigin, Origin]
+    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, echo: tuple[EchoOrigin, Origin]
 ) -> None:
     counter, origin = echo
     gateway = inspecting_gateway(_policy(origin))
@@ -163,7 +141,7 @@ def test_a_denied_websocket_upgrade_never_reaches_the_origin(
 
 
 def test_a_non_101_answer_is_relayed_as_a_normal_response(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, echo: tuple[EchoOrigin, Origin]
+    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, echo: tuple[EchoOrigin, Origin]
 ) -> None:
     counter, origin = echo
     gateway = inspecting_gateway(_policy(origin))
@@ -172,7 +150,7 @@ def test_a_non_101_answer_is_relayed_as_a_normal_response(
             f"GET /plain HTTP/1.1\r\nHost: {API}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
             "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n".encode()
         )
-        answer = read_response(tls)
+        answer = read_head(tls)
         while b"no socket here" not in answer:
             chunk = tls.recv(65536)
             if not chunk:
@@ -189,7 +167,7 @@ def test_a_non_101_answer_is_relayed_as_a_normal_response(
 
 
 def test_an_upgrade_with_a_body_is_refused_plainly(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, echo: tuple[EchoOrigin, Origin]
+    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, echo: tuple[EchoOrigin, Origin]
 ) -> None:
     counter, origin = echo
     gateway = inspecting_gateway(_policy(origin))
@@ -198,14 +176,14 @@ def test_an_upgrade_with_a_body_is_refused_plainly(
             f"GET /socket HTTP/1.1\r\nHost: {API}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
             "Content-Length: 2\r\n\r\nhi".encode()
         )
-        answer = read_response(tls)
+        answer = read_head(tls)
     assert answer.startswith(b"HTTP/1.1 501"), answer
     assert b"X-Egress-Code: inspection_unsupported" in answer
     assert counter.upgrades == []
 
 
 def test_sigterm_drain_waits_for_an_open_websocket_relay(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, echo: tuple[EchoOrigin, Origin]
+    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, echo: tuple[EchoOrigin, Origin]
 ) -> None:
     _, origin = echo
     gateway = inspecting_gateway(_policy(origin, drain_grace_s=30))

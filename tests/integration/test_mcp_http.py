@@ -9,7 +9,7 @@ denied tool and an exhausted budget, with the same audit lines as /v1.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import httpx
@@ -20,8 +20,6 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import RequestParamsMeta
 
-from tests.harness.certs import TestPKI
-from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess
 from tests.harness.mcp_gateway import (
     AGENT_TOKEN,
@@ -31,20 +29,10 @@ from tests.harness.mcp_gateway import (
     TIGHT_TOKEN,
     new_run,
     page_url,
-    started_mcp_gateway,
 )
-from tests.harness.origins import HarnessLoop
 from tests.harness.run_tokens import run_token
 
 REVISIONS = ("2025-06-18", "2025-11-25", "2026-07-28")
-
-
-@pytest.fixture(scope="module")
-def mcp_gateway(
-    tmp_path_factory: pytest.TempPathFactory, harness_loop: HarnessLoop, pki: TestPKI, fake_dns: FakeDNS
-) -> Iterator[GatewayProcess]:
-    with started_mcp_gateway(tmp_path_factory, harness_loop, pki, fake_dns) as gateway:
-        yield gateway
 
 
 @contextlib.asynccontextmanager

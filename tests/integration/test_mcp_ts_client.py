@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from tests.harness.certs import TestPKI
-from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess
-from tests.harness.mcp_gateway import AGENT_TOKEN, SEARCHER_TOKEN, new_run, page_url, started_mcp_gateway
-from tests.harness.origins import HarnessLoop
+from tests.harness.mcp_gateway import AGENT_TOKEN, SEARCHER_TOKEN, new_run, page_url
 from tests.harness.run_tokens import run_token
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,14 +26,6 @@ SDK_DIR = REPO / ".tools" / "mcp-ts-client" / "node_modules" / "@modelcontextpro
 CLIENT_SCRIPT = REPO / "tests" / "harness" / "mcp_ts_client.mjs"
 INSTALL_TIMEOUT_S = 300
 CLIENT_TIMEOUT_S = 120
-
-
-@pytest.fixture(scope="module")
-def mcp_gateway(
-    tmp_path_factory: pytest.TempPathFactory, harness_loop: HarnessLoop, pki: TestPKI, fake_dns: FakeDNS
-) -> Iterator[GatewayProcess]:
-    with started_mcp_gateway(tmp_path_factory, harness_loop, pki, fake_dns) as gateway:
-        yield gateway
 
 
 @pytest.fixture(scope="module")

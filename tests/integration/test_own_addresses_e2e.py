@@ -7,27 +7,20 @@ the gateway's own. The policy opens all of 127.0.0.0/8 so that only that rule ca
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from tests.conftest import GatewayFactory
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import free_port, policy_document
+from tests.harness.proxy import open_tunnel
 
 IO_TIMEOUT_S = 10.0
 
 
 def connect_answer(port: int, authority: str) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=IO_TIMEOUT_S) as sock:
-        sock.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            answer += chunk
-        return answer
+    sock, answer = open_tunnel(port, authority, timeout_s=IO_TIMEOUT_S)
+    sock.close()
+    return answer
 
 
 @pytest.mark.parametrize("address", ["127.0.0.2", "127.0.0.1"], ids=["other-loopback", "listener-address"])

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +14,9 @@ import pytest
 import yaml
 from aiohttp import web
 
-from tests.harness.inspection import InspectingGateway, InterceptionCA, inspecting_gateway, interception_ca
+from tests.harness.inspection import API, InspectingGateway, InspectingGatewayFactory, InterceptionCA, inspect_policy
 from tests.harness.origins import Origin, OriginFactory
-from tests.harness.proxy import proxy_policy
 
-__all__ = ["inspecting_gateway", "interception_ca"]
-
-GatewayFactory = Callable[..., InspectingGateway]
-API = "api.example.org"
 SUGGEST = (sys.executable, "-m", "gateway", "policy", "suggest")
 
 
@@ -36,17 +30,8 @@ def _app() -> web.Application:
 
 
 def _base(origin: Origin) -> dict[str, Any]:
-    entry = {
-        "host": API,
-        "ports": [origin.port],
-        "access": "read-write",
-        "deny": [{"id": "no-admin", "paths": ["/admin/**"]}],
-    }
-    return proxy_policy(
-        [origin.cidr],
-        principals={"default": {"egress": {"allow_domains": [API]}, "inspect": [entry]}},
-        ports=[443, origin.port],
-    )
+    rules = {"access": "read-write", "deny": [{"id": "no-admin", "paths": ["/admin/**"]}]}
+    return inspect_policy(origin, rules, allow_domains=[API])
 
 
 @pytest.fixture
@@ -67,7 +52,7 @@ def _status(ca: InterceptionCA, gateway: InspectingGateway, method: str, url: st
 
 
 def test_inspected_requests_become_methods_and_path_prefixes_that_enforce(
-    inspecting_gateway: GatewayFactory, interception_ca: InterceptionCA, api_origin: Origin, tmp_path: Path
+    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, api_origin: Origin, tmp_path: Path
 ) -> None:
     base = _base(api_origin)
     observing = inspecting_gateway(base)

@@ -13,13 +13,11 @@ import httpx
 from aiohttp import web
 
 from tests.conftest import GatewayFactory
-from tests.harness import proxy as support
 from tests.harness.certs import TestPKI
 from tests.harness.origins import OriginFactory
-from tests.harness.proxy import ProxyProcess, proxy_policy
+from tests.harness.proxy import ProxyProcess, proxy_policy, read_head
 
 ProxyFactory = Callable[..., ProxyProcess]
-proxy_factory = support.proxy_factory
 
 
 async def _hello(request: web.Request) -> web.Response:
@@ -154,11 +152,8 @@ def test_connect_answers_with_the_conn_that_its_decision_and_close_lines_share(
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
         authority = f"docs.example.org:{origin.port}".encode()
         sock.sendall(b"CONNECT " + authority + b" HTTP/1.1\r\nHost: " + authority + b"\r\n\r\n")
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = sock.recv(4096)
-            assert chunk, head
-            head += chunk
+        head = read_head(sock)
+        assert b"\r\n\r\n" in head, head
         status, *fields = head.split(b"\r\n\r\n", 1)[0].decode().split("\r\n")
         assert status.startswith("HTTP/1.1 200")
         conn = dict(field.split(": ", 1) for field in fields)["X-Egress-Id"]

@@ -23,7 +23,6 @@ from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.decide import token_digest
 from gateway.vet.urls import vet_host
-from tests.harness import proxy as support
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import GatewayProcess, free_port
@@ -31,12 +30,12 @@ from tests.harness.origins import Origin, OriginFactory, unanswering_listener
 from tests.harness.proxy import (
     ProxyProcess,
     basic,
+    open_tunnel,
     proxy_policy,
     raw_exchange,
 )
 
 ProxyFactory = Callable[..., ProxyProcess]
-proxy_factory = support.proxy_factory  # the fixture, shared with the other proxy test modules
 TOKEN = "s3cret-token-for-tests"
 
 
@@ -79,16 +78,7 @@ def _curl(proxy: ProxyProcess, url: str, pki: TestPKI, *extra: str) -> subproces
 
 
 def _connect(proxy: ProxyProcess, authority: str, *headers: str) -> tuple[socket.socket, bytes]:
-    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
-    head = f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n"
-    sock.sendall(head.encode())
-    answer = b""
-    while b"\r\n\r\n" not in answer:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        answer += chunk
-    return sock, answer
+    return open_tunnel(proxy.port, authority, *headers)
 
 
 def test_https_through_connect_verifies_the_origin_certificate_end_to_end(

@@ -43,7 +43,6 @@ from tests.harness.origins import Origin, OriginFactory
 from tests.harness.proxy import ProxyProcess, proxy_policy
 
 ProxyFactory = Callable[..., ProxyProcess]
-proxy_factory = support.proxy_factory  # the fixture, shared with the other proxy test modules
 
 EXPECT_WAIT_S = 1.0  # how long the client waits for a 100 before sending its body (curl's default)
 

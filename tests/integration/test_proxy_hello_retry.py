@@ -16,15 +16,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.harness import proxy as support
 from tests.harness.dns import FakeDNS
 from tests.harness.origins import OriginFactory
-from tests.harness.proxy import ProxyProcess, proxy_policy
+from tests.harness.proxy import ProxyProcess, proxy_policy, read_head
 from tests.harness.scripted_origin import ScriptedOrigin
 from tests.harness.tls_records import CHANGE_CIPHER_SPEC, HRR, client_hello
 
 ProxyFactory = Callable[..., ProxyProcess]
-proxy_factory = support.proxy_factory
 
 NAME = "retry.example.org"
 
@@ -58,9 +56,7 @@ def _handshake_through(proxy: ProxyProcess, port: int, second_name: str) -> byte
     """CONNECT, first ClientHello for NAME, wait for the retry, second ClientHello; what came back."""
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as sock:
         sock.sendall(f"CONNECT {NAME}:{port} HTTP/1.1\r\nHost: {NAME}:{port}\r\n\r\n".encode())
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            answer += sock.recv(65536)
+        answer = read_head(sock)
         assert answer.startswith(b"HTTP/1.1 200 ")
         sock.sendall(client_hello(NAME))
         received = b""
@@ -98,9 +94,7 @@ def test_second_client_hello_naming_the_connect_host_passes_unchanged(
     proxy = proxy_factory(proxy_policy([origin.cidr], ports=[origin.port]))
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as sock:
         sock.sendall(f"CONNECT {NAME}:{origin.port} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            answer += sock.recv(65536)
+        read_head(sock)  # the CONNECT's answer, before the ClientHello
         sock.sendall(client_hello(NAME))
         received = b""
         while len(received) < len(HRR):

@@ -19,13 +19,11 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.harness import proxy as support
 from tests.harness import scripted_origin
 from tests.harness.proxy import ProxyProcess, proxy_policy, raw_exchange
 from tests.harness.scripted_origin import Handler, ScriptedFactory, ScriptedOrigin
 
 ProxyFactory = Callable[..., ProxyProcess]
-proxy_factory = support.proxy_factory
 hostile = scripted_origin.scripted
 
 ATTACK_LIMIT_BYTES = 160 * 1024 * 1024  # how much a hostile origin sends at most (the test stays bounded)

@@ -13,7 +13,6 @@ import httpx
 import pytest
 from aiohttp import web
 
-from tests.harness import proxy as support
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import free_port
 from tests.harness.origins import Origin, OriginFactory
@@ -21,11 +20,10 @@ from tests.harness.proxy import (
     ProxyProcess,
     proxy_policy,
     raw_exchange,
+    read_head,
 )
 
 ProxyFactory = Callable[..., ProxyProcess]
-proxy_factory = support.proxy_factory  # the fixture, shared with the other proxy test modules
-module_proxy_factory = support.module_proxy_factory
 
 
 def _origin_app(peers: list[tuple[str, int]]) -> web.Application:
@@ -244,11 +242,8 @@ def test_slowloris_head_is_dropped_after_the_head_deadline(proxy: ProxyProcess, 
 
 def _read_response(sock: socket.socket) -> bytes:
     """One response with a Content-Length body from a blocking socket."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, data
-        data += chunk
+    data = read_head(sock)
+    assert b"\r\n\r\n" in data, data
     head, body = data.split(b"\r\n\r\n", 1)
     length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
     while len(body) < length:
@@ -369,13 +364,8 @@ class ClosingKeepAliveOrigin:
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
     def _read_head(self, conn: socket.socket) -> bytes:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return b""
-            data += chunk
-        return data
+        data = read_head(conn)
+        return data if b"\r\n\r\n" in data else b""
 
     def _handle(self, conn: socket.socket) -> None:
         with conn:

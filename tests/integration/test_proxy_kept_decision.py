@@ -19,14 +19,12 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from tests.harness import proxy as support
 from tests.harness.dns import FakeDNS
 from tests.harness.origins import Origin, OriginFactory
 from tests.harness.principals import policy_generation
 from tests.harness.proxy import ProxyProcess, proxy_policy
 
 ProxyFactory = Callable[..., ProxyProcess]
-proxy_factory = support.proxy_factory
 
 NAME = "kept.example.org"
 RELOAD_WAIT_S = 10.0

@@ -12,7 +12,6 @@ from collections.abc import Callable
 import pytest
 from aiohttp import web
 
-from tests.harness import proxy as support
 from tests.harness.certs import TestPKI
 from tests.harness.origins import Origin, OriginFactory
 from tests.harness.proxy import (
@@ -21,7 +20,6 @@ from tests.harness.proxy import (
 )
 
 ProxyFactory = Callable[..., ProxyProcess]
-proxy_factory = support.proxy_factory  # the fixture, shared with the other proxy test modules
 PUSH_BYTES = 50 * 1024 * 1024
 MAX_RSS_GROWTH_KIB = 30 * 1024
 

@@ -16,14 +16,12 @@ from typing import Any
 
 import pytest
 
-from tests.harness import proxy as support
 from tests.harness.dns import FakeDNS
 from tests.harness.origins import OriginFactory
-from tests.harness.proxy import ProxyProcess, proxy_policy
+from tests.harness.proxy import ProxyProcess, open_tunnel, proxy_policy
 from tests.harness.scripted_origin import ScriptedOrigin
 
 ProxyFactory = Callable[..., ProxyProcess]
-proxy_factory = support.proxy_factory
 
 REVOKED = "revoked.example.org"
 KEPT = "kept.example.org"
@@ -54,11 +52,7 @@ def _policy(origin: ScriptedOrigin, allowed: list[str]) -> dict[str, Any]:
 
 
 def _tunnel(proxy: ProxyProcess, host: str, port: int) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=CLOSE_WAIT_S)
-    sock.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
-    answer = b""
-    while b"\r\n\r\n" not in answer:
-        answer += sock.recv(65536)
+    sock, answer = open_tunnel(proxy.port, f"{host}:{port}", timeout_s=CLOSE_WAIT_S)
     assert answer.startswith(b"HTTP/1.1 200 "), answer
     return sock
 

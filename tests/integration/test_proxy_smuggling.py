@@ -17,15 +17,11 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from tests.harness import proxy as support
-from tests.harness import scripted_origin
 from tests.harness.dns import FakeDNS
 from tests.harness.proxy import ProxyProcess, basic, proxy_policy, raw_exchange
 from tests.harness.scripted_origin import ScriptedFactory, answer_each_request
 
 ProxyFactory = Callable[..., ProxyProcess]
-proxy_factory = support.proxy_factory
-scripted = scripted_origin.scripted
 
 OK_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 

@@ -22,6 +22,7 @@ from tests.conftest import GatewayFactory
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import policy_document
+from tests.harness.proxy import read_head
 
 BODY_CHARS = 1_000_000
 TRIES = 10
@@ -53,12 +54,8 @@ class AbruptTlsOrigin:
         raw.settimeout(20)
         try:
             with self._context.wrap_socket(raw, server_side=True) as tls:
-                request = b""
-                while b"\r\n\r\n" not in request:
-                    chunk = tls.recv(65536)
-                    if not chunk:
-                        return
-                    request += chunk
+                if b"\r\n\r\n" not in read_head(tls):
+                    return  # the client closed before its request's end
                 tls.sendall(self._response)
                 # SSLSocket.shutdown drops the TLS layer and shuts the TCP socket: FIN, no close_notify.
                 tls.shutdown(socket.SHUT_RDWR)

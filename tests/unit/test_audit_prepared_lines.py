@@ -19,7 +19,7 @@ from gateway.observe.audit import AuditLog
 from gateway.observe.audit_fields import connection_fields, new_connection_id
 from gateway.policy.model import Principal
 from gateway.proxy.decision.records import MAX_CLOSES_PER_REQUEST_LINES, DecisionRecords
-from gateway.proxy.forward.exchange import ClientSide, ForwardExchange
+from gateway.proxy.forward.exchange import ClientSide, ForwardExchange, ParsedRequest
 from gateway.proxy.forward.upstream import UpstreamConnection
 from gateway.vet.urls import vet_host
 
@@ -253,10 +253,10 @@ def test_a_forwarded_requests_close_line_is_the_generic_close_line(
     audit = AuditLog(str(path))
     decisions = DecisionRecords(audit)
     exchange = _exchange(decisions, client, target, method, http_path)
-    exchange.status = status
-    exchange.bytes_up = 517
-    exchange.bytes_down = 4096
-    exchange.upstream = None if address is None else cast(UpstreamConnection, _Upstream(address))
+    exchange.transfer.status = status
+    exchange.transfer.bytes_up = 517
+    exchange.transfer.bytes_down = 4096
+    exchange.transfer.upstream = None if address is None else cast(UpstreamConnection, _Upstream(address))
     for _ in range(2):  # the second line comes from the members kept for this decision
         decisions.record_exchange_close(exchange, "client_closed")
         audit.flush()
@@ -295,11 +295,11 @@ def _exchange(
     principal: str = "agent",
 ) -> ForwardExchange:
     """An allowed request, as the dispatcher leaves it: its allow line written, its lines held."""
-    exchange = ForwardExchange(method.encode(), b"http://a/", b"", b"", None, frozenset(), False, False, True)
-    exchange.client = cast(ClientSide, _Client(client))
-    exchange.target = target
-    exchange.principal = principal
-    exchange.lines = decisions.record_allow(
+    request = ParsedRequest(method.encode(), b"http://a/", b"", b"", None, frozenset(), False, False, True)
+    exchange = ForwardExchange(request, cast(ClientSide, _Client(client)))
+    exchange.decision.target = target
+    exchange.decision.principal = Principal(principal)
+    exchange.decision.lines = decisions.record_allow(
         "http", Principal(principal), target, method=method, path=http_path, client=client
     )
     return exchange
@@ -323,8 +323,8 @@ def test_each_request_line_takes_its_own_members_when_they_alternate(tmp_path: P
     ]
     for principal, http_path, status, address, reason in requests:
         exchange = _exchange(decisions, client, target, "GET", http_path, principal)
-        exchange.status = status
-        exchange.upstream = None if address is None else cast(UpstreamConnection, _Upstream(address))
+        exchange.transfer.status = status
+        exchange.transfer.upstream = None if address is None else cast(UpstreamConnection, _Upstream(address))
         decisions.record_exchange_close(exchange, reason)
     audit.close()
     lines = [json.loads(line) for line in path.read_bytes().splitlines()]
@@ -366,11 +366,11 @@ def test_a_requests_close_lines_beyond_the_kept_formats_are_still_its_own(tmp_pa
     exchange = _exchange(decisions, connection_fields(("127.0.0.9", 40123)), _target(), "GET", "/a")
     statuses = [200 + n for n in range(MAX_CLOSES_PER_REQUEST_LINES + 3)] * 2
     for status in statuses:
-        exchange.status = status
+        exchange.transfer.status = status
         decisions.record_exchange_close(exchange, "client_closed")
     audit.close()
-    assert exchange.lines is not None
-    assert len(exchange.lines.closes) <= MAX_CLOSES_PER_REQUEST_LINES
+    assert exchange.decision.lines is not None
+    assert len(exchange.decision.lines.closes) <= MAX_CLOSES_PER_REQUEST_LINES
     closes = [json.loads(line) for line in path.read_bytes().splitlines()][1:]
     assert [line["status"] for line in closes] == statuses
     assert all(line["path"] == "/a" and line["method"] == "GET" for line in closes)

@@ -167,6 +167,7 @@ PROXY_RANKS: dict[str, int] = {
     "tunnel": 2,  # opening a CONNECT and the splice
     "forward": 2,  # plain HTTP: dispatch, exchange, upstream, pool
     "": 3,  # the listener: server.py and client_connection.py
+    "inspected": 4,  # TLS inspection: composes the listener's client connection and dispatcher
 }
 # Sans I/O: no event loop, no socket API.
 PURE_PROXY_FOLDERS = ("http1", "tls")

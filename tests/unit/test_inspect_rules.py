@@ -4,19 +4,24 @@ and encodings, query and header matchers, report mode, rule ids, loader errors w
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.inspect_decide import RequestFacts, decide_request, inspects_host
 from gateway.policy.inspect_lint import describe_inspect_changes, lint_inspect
-from gateway.policy.load import PolicyError, load_policy_file, parse_policy
+from gateway.policy.load import parse_policy
 from gateway.policy.model import Policy
 from gateway.policy.request_path import split_target
 from gateway.policy.request_rules import PathGlob, wildcard_match
+from tests.harness.invalid_policies import (
+    POLICY_FIXTURES,
+    ExpectedErrors,
+    assert_first_error_at,
+    assert_fixtures_are_expected,
+    invalid_fixture_cases,
+)
 
-INVALID = Path(__file__).resolve().parents[1] / "fixtures" / "policies" / "invalid_inspect"
+INVALID = POLICY_FIXTURES / "invalid_inspect"
 
 POLICY = """\
 version: 1
@@ -324,7 +329,7 @@ def test_trailing_slash_and_query_parameters_split() -> None:
     assert path.query == {"x": ["1", "2"], "flag": [""], "q": ["a b c"]}
 
 
-EXPECTED_ERRORS = {
+EXPECTED_ERRORS: ExpectedErrors = {
     "inline_double_star.yaml": (7, "'**' must be a whole segment"),
     "deny_only.yaml": (6, "needs access or allow rules"),
     "bad_access.yaml": (7, "access must be one of read-only, read-write, full"),
@@ -339,21 +344,12 @@ EXPECTED_ERRORS = {
 
 
 def test_every_invalid_inspect_fixture_has_an_expected_message() -> None:
-    assert sorted(p.name for p in INVALID.glob("*.yaml")) == sorted(EXPECTED_ERRORS)
+    assert_fixtures_are_expected(INVALID, EXPECTED_ERRORS)
 
 
-@pytest.mark.parametrize(
-    ("name", "line", "message"),
-    [(name, line, message) for name, (line, message) in EXPECTED_ERRORS.items()],
-    ids=[name.removesuffix(".yaml").replace("_", "-") for name in EXPECTED_ERRORS],
-)
+@pytest.mark.parametrize(("name", "line", "message"), invalid_fixture_cases(EXPECTED_ERRORS))
 def test_invalid_inspect_policy_fails_with_file_line(name: str, line: int, message: str) -> None:
-    path = INVALID / name
-    with pytest.raises(PolicyError) as caught:
-        load_policy_file(path)
-    first = caught.value.errors[0]
-    assert first.startswith(f"{path}:{line}: "), first
-    assert message in first
+    assert_first_error_at(INVALID / name, line, message)
 
 
 LINTED = """\

@@ -14,13 +14,19 @@ import pytest
 
 from gateway.policy.holder import PolicyHolder
 from gateway.policy.load import PolicyError, load_policy_file, parse_policy
+from tests.harness.invalid_policies import (
+    POLICY_FIXTURES,
+    ExpectedErrors,
+    assert_first_error_at,
+    assert_fixtures_are_expected,
+    invalid_fixture_cases,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-INVALID = ROOT / "tests" / "fixtures" / "policies" / "invalid"
+INVALID = POLICY_FIXTURES / "invalid"
 SHIPPED = sorted([ROOT / "policies" / "default.yaml", *(ROOT / "policies" / "examples").glob("*.yaml")])
 
-# fixture file → (line, message) of its first error
-EXPECTED_ERRORS: dict[str, tuple[int, str]] = {
+EXPECTED_ERRORS: ExpectedErrors = {
     "unknown_top_key.yaml": (3, "policy: unknown key 'principal'"),
     "unknown_principal_key.yaml": (6, "principals.default.egress: unknown key 'allow'"),
     "bad_mode.yaml": (4, "defaults.mode must be one of enforce, report, got 'audit'"),
@@ -51,21 +57,12 @@ EXPECTED_ERRORS: dict[str, tuple[int, str]] = {
 
 
 def test_every_invalid_fixture_has_an_expected_message() -> None:
-    assert sorted(p.name for p in INVALID.glob("*.yaml")) == sorted(EXPECTED_ERRORS)
+    assert_fixtures_are_expected(INVALID, EXPECTED_ERRORS)
 
 
-@pytest.mark.parametrize(
-    ("name", "line", "message"),
-    [(name, line, message) for name, (line, message) in EXPECTED_ERRORS.items()],
-    ids=[name.removesuffix(".yaml").replace("_", "-") for name in EXPECTED_ERRORS],
-)
+@pytest.mark.parametrize(("name", "line", "message"), invalid_fixture_cases(EXPECTED_ERRORS))
 def test_invalid_policy_fails_with_file_line_and_reason(name: str, line: int, message: str) -> None:
-    path = INVALID / name
-    with pytest.raises(PolicyError) as caught:
-        load_policy_file(path)
-    first = caught.value.errors[0]
-    assert first.startswith(f"{path}:{line}: "), first
-    assert message in first
+    assert_first_error_at(INVALID / name, line, message)
 
 
 def test_every_error_in_a_file_is_reported_not_just_the_first() -> None:

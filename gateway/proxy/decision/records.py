@@ -24,6 +24,7 @@ from gateway.observe.audit_fields import client_line_end
 from gateway.observe.audit_members import ConnectionFields, json_members
 from gateway.observe.loop_metrics import CounterChild
 from gateway.observe.verdicts import rule_for_code, verdict_of_failure
+from gateway.policy.inspect_decide import RequestVerdict
 from gateway.policy.model import Principal
 from gateway.proxy.decision.caches import MAX_CACHED_URL_BYTES
 
@@ -87,11 +88,14 @@ class _AuditedClient(Protocol):
     def audit_fields(self) -> Mapping[str, Any]: ...
 
 
-class ClosingExchange(Protocol):
-    """What a forwarded request's close line is written from (`forward.exchange.ForwardExchange`)."""
-
+class _DecidedExchange(Protocol):
     @property
     def lines(self) -> RequestLines | None: ...
+    @property
+    def verdict(self) -> RequestVerdict | None: ...
+
+
+class _ExchangeTransfer(Protocol):
     @property
     def bytes_up(self) -> int: ...
     @property
@@ -99,9 +103,19 @@ class ClosingExchange(Protocol):
     @property
     def status(self) -> int: ...
     @property
-    def started(self) -> float: ...
-    @property
     def upstream(self) -> _PooledKey | None: ...
+
+
+class ClosingExchange(Protocol):
+    """What a forwarded request's close line is written from (`forward.exchange.ForwardExchange`):
+    its decision's lines, its transfer's counts, its start and its client."""
+
+    @property
+    def decision(self) -> _DecidedExchange: ...
+    @property
+    def transfer(self) -> _ExchangeTransfer: ...
+    @property
+    def started(self) -> float: ...
     @property
     def client(self) -> _AuditedClient: ...
 
@@ -121,15 +135,16 @@ class DecisionRecords:
     def record_exchange_close(self, exchange: ClosingExchange, reason: str, duration_s: float | None = None) -> None:
         """The close audit line of a forwarded request (none for a request that was never
         allowed: it has no `lines`), `duration_s` since it started (read here when not given)."""
-        lines = exchange.lines
+        lines = exchange.decision.lines
         if lines is not None:
+            transfer = exchange.transfer
             # The counter children's own field: `inc()` would be one more call each.
-            bytes_up = exchange.bytes_up
-            bytes_down = exchange.bytes_down
+            bytes_up = transfer.bytes_up
+            bytes_down = transfer.bytes_down
             _FORWARD_UP.value += bytes_up
             _FORWARD_DOWN.value += bytes_down
-            upstream = exchange.upstream
-            key = (exchange.status, (upstream.key[1] or None) if upstream is not None else None, reason)
+            upstream = transfer.upstream
+            key = (transfer.status, (upstream.key[1] or None) if upstream is not None else None, reason)
             close = lines.closes.get(key)
             if close is None:
                 close = self._close_line(lines, key)

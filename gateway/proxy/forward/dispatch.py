@@ -1,6 +1,8 @@
 """Plain HTTP dispatch: decide one absolute-URI request and put it on an upstream connection.
 
-Owns the step between a parsed request head and `UpstreamConnection.start`: the outbound screen
+Owns the step between a parsed request head and `UpstreamConnection.start`, writing the
+exchange's `ExchangeDecision` (and nothing else of it): the listener's `ForwardSurface` asked
+first when it has one (the transparent port's, an inspected connection's), the outbound screen
 (`credentials.guard`: URL, header fields and a held body window scanned, a bound credential
 injected inside inspected TLS, issue 26), the decision through
 `DecisionCaches` and the egress core (synchronous when `EgressCore.pin_cached` can decide, so a
@@ -9,7 +11,8 @@ the decision record, the rewritten upstream head, a pooled connection or a fresh
 and the one retry of a request a stale pooled connection dropped.
 
 Never writes to the client itself: refusals and failures go back through the exchange's
-`ClientSide`, which owns the client connection's framing and keep-alive.
+`ClientSide`, which owns the client connection's framing and keep-alive. Never knows which
+listener it serves but through its surface.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ _HTTP_LATENCY = metrics.CONNECT_SECONDS.labels("http")
 def _upstream_head(exchange: ForwardExchange, forward: ForwardTarget) -> bytes:
     """The request's upstream head: the one its connection's kept decision last built when the
     request repeats the fields it was built from, else built (and kept) now."""
-    method, fields, chunked = exchange.method, exchange.fields, exchange.chunked_request
+    method, fields, chunked = exchange.request.method, exchange.decision.fields, exchange.request.chunked
     kept = exchange.client.kept_decision
     if kept is None or kept.forward is not forward:
         return build_request_head(method, forward.origin_form, forward.authority, fields, chunked)
@@ -58,33 +61,45 @@ def _upstream_head(exchange: ForwardExchange, forward: ForwardTarget) -> bytes:
 
 
 class ForwardSurface(Protocol):
-    """How a listener's plain-HTTP requests differ from the forward proxy's, as Smokescreen's
-    `Decider` keeps its callers apart: who is asking (the transparent listener: the port's
-    principal, never a Proxy-Authorization), the request target (an origin-form target made
-    absolute from its Host), and what destination means (`destination: strict`). The forward
-    proxy has none (`ForwardDispatcher(surface=None)`): credentials, absolute URIs, the egress
-    core's decision as it is."""
+    """How a listener's requests differ from the forward proxy's, as Smokescreen's `Decider`
+    keeps its callers apart: who is asking (a transparent port's principal, an inspected
+    connection's, never a Proxy-Authorization), what the request names (an origin-form target
+    made absolute from its Host; inside terminated TLS, the connection's host once the request
+    rules judged the request), what destination means (`destination: strict`), and how a fresh
+    upstream is wrapped (TLS for an inspected host). The forward proxy has none
+    (`ForwardDispatcher(surface=None)`): credentials, absolute URIs, the egress core's decision
+    as it is, plain TCP."""
+
+    # What the outbound guard is told about these requests (`http`; `https` and `inspect` inside
+    # terminated TLS, where a credential's binding can hold), and the label a fresh upstream's
+    # dial time is counted under (`connect_seconds`).
+    outbound_scheme: str
+    outbound_kind: str
+    dial_kind: str
 
     def principal_for(self, loaded: LoadedPolicy) -> Principal: ...
 
-    def request_url(self, exchange: ForwardExchange) -> bytes:
-        """The absolute URI to decide; raises a `GatewayError` (already recorded) to refuse."""
+    def request_url(self, exchange: ForwardExchange, loaded: LoadedPolicy) -> bytes:
+        """The absolute URI to decide (the surface may set the decision's `fields` and `verdict`
+        as it judges the request); raises a `GatewayError` (already recorded) to refuse."""
+        ...
+
+    def forward_target(self, url: bytes) -> ForwardTarget:
+        """`url` (from `request_url`) split and vetted."""
         ...
 
     def destination(self, loaded: LoadedPolicy, target: PinnedTarget, exchange: ForwardExchange) -> PinnedTarget:
         """The target to send to for the egress core's decision; raises a `GatewayError` to refuse."""
         ...
 
+    async def upstream_tls(self) -> ssl.SSLContext | None:
+        """The TLS a fresh upstream connection is wrapped in, or None (plain HTTP)."""
+        ...
+
 
 class ForwardDispatcher:
-    """Shared by every client connection of a listener: the decision and the upstream choice."""
-
-    # What the outbound guard is told about these requests: plain HTTP here (a credential's
-    # binding never holds for it); the inspected dispatcher's are https.
-    outbound_scheme = "http"
-    outbound_kind = "http"
-    # Where a fresh upstream connection's dial time is counted (the inspected dispatcher has its own).
-    dial_seconds = _HTTP_LATENCY
+    """The decision and the upstream choice for the client connections of a listener (or of one
+    inspected connection: its surface is the connection's)."""
 
     def __init__(
         self,
@@ -98,6 +113,12 @@ class ForwardDispatcher:
     ) -> None:
         self.core = core
         self.surface = surface
+        # What the outbound guard is told: plain HTTP unless the surface says otherwise (a
+        # credential's binding never holds for plain HTTP).
+        self.outbound_scheme = "http" if surface is None else surface.outbound_scheme
+        self.outbound_kind = "http" if surface is None else surface.outbound_kind
+        # Where a fresh upstream connection's dial time is counted.
+        self.dial_seconds = _HTTP_LATENCY if surface is None else metrics.CONNECT_SECONDS.labels(surface.dial_kind)
         self.caches = caches
         self.records = records
         self.pool = pool
@@ -110,14 +131,14 @@ class ForwardDispatcher:
     def start(self, exchange: ForwardExchange) -> None:
         """Decide and send: synchronously when no DNS query is needed, else in an owned task."""
         surface = self.surface
+        loaded = self.core.policy.current
         if surface is not None:
             try:
-                exchange.url = surface.request_url(exchange)
+                exchange.decision.url = surface.request_url(exchange, loaded)
             except GatewayError as error:
                 exchange.client.refuse_exchange(exchange, error)
                 return
-        authorization, url, client = exchange.authorization, exchange.url, exchange.client
-        loaded = self.core.policy.current
+        authorization, url, client = exchange.request.authorization, exchange.decision.url, exchange.client
         kept = client.kept_decision
         # A keep-alive connection repeating its request: its last decision, if it still holds.
         if kept is not None and kept.url == url and kept.authorization == authorization:
@@ -138,7 +159,7 @@ class ForwardDispatcher:
                 if surface is None
                 else surface.principal_for(loaded)
             )
-            forward = self.caches.forward_target(url)
+            forward = self.caches.forward_target(url) if surface is None else surface.forward_target(url)
             target = self.core.pin_cached(principal, forward.host, forward.port, loaded)
         except GatewayError as error:
             claimed = self.caches.claimed_principal(authorization) if principal is None else None
@@ -156,7 +177,7 @@ class ForwardDispatcher:
     def retry(self, exchange: ForwardExchange) -> None:
         """Send a request again on a fresh connection (a pooled one died before answering it)."""
         timeout_s = self.core.policy.current.policy.proxy.connect_timeout_s
-        spawn(self._send_on_fresh_connection(exchange, exchange.request_head, timeout_s), name="proxy-retry")
+        spawn(self._send_on_fresh_connection(exchange, exchange.decision.upstream_head, timeout_s), name="proxy-retry")
 
     async def _pin_then_send(
         self, exchange: ForwardExchange, principal: Principal, forward: ForwardTarget, loaded: LoadedPolicy
@@ -171,7 +192,7 @@ class ForwardDispatcher:
             return  # the client left while we resolved; its connection_lost already cleaned up
         keys = self.pool.keys_for(principal.name, target)
         client.kept_decision = KeptDecision(
-            exchange.authorization, exchange.url, principal, forward, target, pool_keys=keys
+            exchange.request.authorization, exchange.decision.url, principal, forward, target, pool_keys=keys
         )
         self._send(exchange, principal, forward, target, loaded)
 
@@ -186,21 +207,22 @@ class ForwardDispatcher:
         if guard.settings_for(policy, principal) is None:
             return True  # no credential held, no `scan:`: nothing to look for (the common case)
         path = forward.origin_form.partition(b"?")[0].decode("latin-1")
-        method = self.caches.method_name(exchange.method)
+        method = self.caches.method_name(exchange.request.method)
         facts = OutboundFacts(
             self.outbound_kind, principal.name, self.outbound_scheme, forward.host.name, forward.port, method, path
         )
+        decision = exchange.decision
         try:
             # Inside a binding (https): the placeholder becomes the real value, and the response
             # is scrubbed of it on its way back (`forward.UpstreamConnection.data_received`).
-            exchange.fields, exchange.scrubber = guard.guard_head(
-                facts, policy, principal, url=exchange.url, fields=exchange.fields, generation=loaded.generation
+            decision.fields, decision.scrubber = guard.guard_head(
+                facts, policy, principal, url=decision.url, fields=decision.fields, generation=loaded.generation
             )
         except GatewayError as refusal:
             self._deny(exchange, refusal, loaded, principal, forward)
             return False
-        if not exchange.body_done:
-            exchange.body_guard = guard.body(facts, policy, principal, content_encoding(exchange.fields))
+        if not exchange.transfer.body_done:
+            decision.body_guard = guard.body(facts, policy, principal, content_encoding(decision.fields))
         return True
 
     def _send(
@@ -218,15 +240,19 @@ class ForwardDispatcher:
             except GatewayError as error:
                 self._deny(exchange, error, loaded, principal, forward)
                 return
-        if (principal.inspect or loaded.policy.defaults.inspect) and not self.judge_plain(
-            exchange, principal, forward, loaded
+        decision = exchange.decision
+        # A request its surface judged already (inside terminated TLS) is not judged again.
+        if (
+            (principal.inspect or loaded.policy.defaults.inspect)
+            and decision.verdict is None
+            and not self.judge_plain(exchange, principal, forward, loaded)
         ):
             return
-        body_guard = exchange.body_guard
+        body_guard = decision.body_guard
         if body_guard is not None:
             if not body_guard.settled:
                 # Held until the scan window is read or the body ends (`ForwardExchange._body_read`).
-                exchange.body_screened = lambda: self._send_screened(exchange, principal, forward, target, loaded)
+                decision.body_screened = lambda: self._send_screened(exchange, principal, forward, target, loaded)
                 return
             self._send_screened(exchange, principal, forward, target, loaded)
             return
@@ -240,8 +266,9 @@ class ForwardDispatcher:
         target: PinnedTarget,
         loaded: LoadedPolicy,
     ) -> None:
-        body_guard = exchange.body_guard
-        exchange.body_guard = None
+        decision = exchange.decision
+        body_guard = decision.body_guard
+        decision.body_guard = None
         if exchange.client.closed or body_guard is None:
             return
         refusal = body_guard.verdict(loaded.generation)
@@ -258,10 +285,10 @@ class ForwardDispatcher:
         target: PinnedTarget,
         loaded: LoadedPolicy,
     ) -> None:
-        exchange.principal = principal.name
-        exchange.principal_rule = principal
-        exchange.target = target
-        method = exchange.method
+        decision = exchange.decision
+        decision.principal = principal
+        decision.target = target
+        method = exchange.request.method
         client = exchange.client
         # The decision `start` just kept for this request (or reused): its last lines are this
         # request's when the method and target are the same.
@@ -283,9 +310,9 @@ class ForwardDispatcher:
             )
             if kept is not None:
                 kept.lines, kept.lines_method = lines, method
-        exchange.lines = lines
-        settings = exchange.settings = loaded.policy.proxy
-        head = _upstream_head(exchange, forward)
+        decision.lines = lines
+        settings = decision.settings = loaded.policy.proxy
+        head = decision.upstream_head = _upstream_head(exchange, forward)
         # The kept decision's pool keys, unless this request is pinned to another target (a
         # transparent connection's destination).
         keys = (
@@ -306,13 +333,14 @@ class ForwardDispatcher:
             forward.host.name,
             forward.port,
             False,
-            self.caches.method_name(exchange.method),
+            self.caches.method_name(exchange.request.method),
             forward.origin_form.decode("latin-1"),
-            tuple((name.decode("latin-1"), value.decode("latin-1")) for name, value in exchange.headers),
+            tuple((name.decode("latin-1"), value.decode("latin-1")) for name, value in exchange.request.headers),
         )
         verdict = decide_request(loaded.policy, principal, facts)
         if not verdict.inspected:
             return True
+        exchange.decision.verdict = verdict
         metrics.INSPECTED_REQUESTS.labels(verdict.verdict, str(verdict.code or "none")).inc()
         if verdict.verdict != "deny":
             return True
@@ -337,18 +365,18 @@ class ForwardDispatcher:
             self._audit_paths.put(origin_form, path)
         return path
 
-    async def upstream_tls(self) -> ssl.SSLContext | None:
-        """The TLS a fresh upstream connection is wrapped in: none for plain HTTP; the inspected
-        dispatcher answers the gateway's trust store (never the interception CA)."""
-        return None
-
     async def _send_on_fresh_connection(self, exchange: ForwardExchange, head: bytes, timeout_s: float) -> None:
-        target = exchange.target
+        decision = exchange.decision
+        target, principal = decision.target, decision.principal
         assert target is not None
+        assert principal is not None
         pool = self.pool
+        surface = self.surface
         started = time.perf_counter()
         try:
-            tls = await self.upstream_tls()
+            # The surface's TLS (an inspected host's: the gateway's trust store, never the
+            # interception CA), else plain TCP.
+            tls = None if surface is None else await surface.upstream_tls()
             _, upstream, address = await open_pinned_connection(
                 target, lambda: UpstreamConnection(pool, ("", "", "", 0)), timeout_s=timeout_s, tls=tls
             )
@@ -356,7 +384,7 @@ class ForwardDispatcher:
             exchange.client.fail_exchange(exchange, str(error.code), error.message)
             return
         self.dial_seconds.observe(time.perf_counter() - started)
-        upstream.key = (exchange.principal, address, target.name, target.port)
+        upstream.key = (principal.name, address, target.name, target.port)
         if exchange.client.closed:
             upstream.close()
             return

@@ -1,16 +1,19 @@
-"""One forwarded request and what both sides of the proxy share about it, and its upstream head.
+"""One forwarded request in three parts, each with one writer, and its upstream head.
 
-Owns the state of one plain-HTTP exchange (`ForwardExchange`): the request's framing and
-keep-alive intent as parsed, its body on the way upstream (held, bounded, until a connection
-exists, or until the outbound scan's window is read: `body_guard`, issue 26), the retry rule of
-an idempotent request, and the decision it was allowed under; the
-`ClientSide` interface the upstream half calls back through; the reasons client reading is paused
-(`PauseReason`); and `build_request_head`, the rewritten head the upstream sees (origin-form
-target, Host from the URI, the end-to-end field lines `http1/request_head.py` read from the client's
-head: hop-by-hop fields, the fields Connection names and Proxy-* removed).
+Owns the state of one plain-HTTP exchange (`ForwardExchange`), split by who writes it: the
+request as the framing parsed it (`ParsedRequest`, immutable), the dispatcher's decision
+(`ExchangeDecision`: the URI decided, the field lines forwarded, principal, target, settings,
+audit lines, the outbound scan's hold, issue 26) and the bytes each way (`Transfer`: the body on
+its way upstream, held and bounded until a connection exists or the scan's window is read, and
+what the upstream relayed back). It also owns the retry rule of an idempotent request; the
+`ClientSide` and `UpstreamSide` interfaces the two halves call each other through; the reasons
+client reading is paused (`PauseReason`); and `build_request_head`, the rewritten head the
+upstream sees (origin-form target, Host from the URI, the end-to-end field lines
+`http1/request_head.py` read from the client's head: hop-by-hop fields, the fields Connection
+names and Proxy-* removed).
 
-Never reads or writes a socket of its own (the listener and `upstream.UpstreamConnection` do),
-never decides policy, never forwards Proxy-Authorization.
+Never reads or writes a socket (body bytes go through `UpstreamSide.send_body`), never decides
+policy, never forwards Proxy-Authorization.
 """
 
 from __future__ import annotations
@@ -18,15 +21,13 @@ from __future__ import annotations
 import asyncio
 import time
 from enum import IntFlag
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from gateway.egress.target import PinnedTarget
 from gateway.errors import GatewayError
-from gateway.policy.model import LoadedPolicy, Principal, ProxySettings
+from gateway.policy.model import LoadedPolicy, ProxySettings
 from gateway.proxy.forward.pool import PoolKey
 from gateway.proxy.http1.head_memos import HeadMemos
 from gateway.proxy.http1.request_head import request_fields
-from gateway.proxy.http1.response_framing import ResponseFraming
 from gateway.vet.addresses import IPAddress
 
 if TYPE_CHECKING:
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 
     from gateway.credentials.guard import BodyGuard
     from gateway.credentials.inject import Scrubber
+    from gateway.egress.target import PinnedTarget
+    from gateway.policy.inspect_decide import RequestVerdict
+    from gateway.policy.model import Principal
     from gateway.proxy.decision.records import RequestLines
     from gateway.proxy.forward.kept_decision import KeptDecision
 
@@ -95,13 +99,6 @@ class UpstreamSide(Protocol):
 
     # The exchange it carries; set to None by whoever takes the exchange off it.
     exchange: ForwardExchange | None
-    last_activity: float
-
-    @property
-    def transport(self) -> asyncio.Transport | None: ...
-
-    @property
-    def framing(self) -> ResponseFraming | None: ...
 
     @property
     def key(self) -> PoolKey: ...
@@ -109,7 +106,13 @@ class UpstreamSide(Protocol):
     @property
     def head_sent(self) -> bool: ...
 
-    def finish(self) -> None: ...
+    def send_body(self, data: bytes) -> bool:
+        """Write request body bytes now; False when not connected (the exchange holds them)."""
+        ...
+
+    def request_ended(self) -> None:
+        """The request's body ended: the exchange is finished if its response already is."""
+        ...
 
     def close(self) -> None: ...
 
@@ -118,86 +121,57 @@ class UpstreamSide(Protocol):
     def resume_reading(self) -> None: ...
 
 
-class ForwardExchange:
-    """One request and its response: state shared by the client and upstream protocols.
+class ParsedRequest(NamedTuple):
+    """A request head as the client's `RequestFraming` parsed it (the framing's `new_head`):
+    made by the framing, never changed. What the dispatcher rewrites (the URI it decides, the
+    field lines it forwards) is the exchange's `ExchangeDecision`'s."""
 
-    Made by the listener's `RequestFraming` as the head completes (its `new_head`), so the parse
-    and the exchange are one object; `client` is set by the connection that parsed it, before
-    anything reads it."""
+    method: bytes
+    url: bytes  # the request target as sent
+    head: bytes  # the head as the client sent it, method to blank line
+    fields: bytes  # its end-to-end field lines, what the upstream head carries unless screened
+    authorization: bytes | None
+    connection_named: frozenset[bytes]  # the header names its Connection field lists
+    chunked: bool
+    http10: bool
+    keep_alive: bool  # this request's own intent (RFC 9112 section 9.3)
+
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """Every field of the head as llhttp reads it (a Host, the request rules' header matches)."""
+        return request_fields(self.head)
+
+
+class ExchangeDecision:
+    """What the dispatcher decided for one request: written by `dispatch.ForwardDispatcher` (and
+    the surface it calls) only; the upstream side, the client connection and the records read it."""
 
     __slots__ = (
-        "authorization",
-        "body_done",
         "body_guard",
         "body_screened",
-        "bytes_down",
-        "bytes_up",
-        "chunked_request",
-        "client",
-        "client_head",
-        "client_http10",
-        "client_keep_alive",
-        "connection_named",
         "fields",
         "lines",
-        "method",
-        "pending",
-        "pending_bytes",
         "principal",
-        "principal_rule",
-        "request_head",
-        "retried",
         "scrubber",
         "settings",
-        "started",
-        "status",
         "target",
-        "upstream",
+        "upstream_head",
         "url",
+        "verdict",
     )
 
-    client: ClientSide
-
-    # Positional: the framing calls it once per request head, and keywords cost more per call.
-    def __init__(  # noqa: PLR0917
-        self,
-        method: bytes,
-        url: bytes,
-        client_head: bytes,
-        fields: bytes,
-        authorization: bytes | None,
-        connection_named: frozenset[bytes],
-        chunked_request: bool,
-        client_http10: bool,
-        client_keep_alive: bool,
-    ) -> None:
-        self.method = method
-        self.url = url
-        self.client_head = client_head  # the head as the client sent it, method to blank line
-        self.fields = fields  # its end-to-end field lines, what the upstream head carries
-        self.authorization = authorization
-        self.connection_named = connection_named  # the header names its Connection field lists
-        self.chunked_request = chunked_request
-        self.client_http10 = client_http10
-        self.client_keep_alive = client_keep_alive  # this request's own intent
-        self.body_done = False
-        self.pending: list[bytes] = []
-        self.pending_bytes = 0
-        self.upstream: UpstreamSide | None = None
-        self.bytes_up = 0
-        self.bytes_down = 0
-        # The proxy settings of the generation the request was decided under (its response cap
-        # and deadlines): the object, not a copy of each.
-        self.settings = UNDECIDED_SETTINGS
-        self.request_head = b""
-        self.retried = False
-        # The monotonic clock, as the connection's deadlines: its close reads one clock for both.
-        self.started = time.monotonic()
-        self.status = 0  # the upstream's final status once its head went to the client
-        self.lines: RequestLines | None = None  # its audit lines once allowed (`DecisionRecords`)
-        self.principal = ""
-        self.principal_rule: Principal | None = None  # what the decision was made for (live permission)
+    def __init__(self, url: bytes, fields: bytes) -> None:
+        self.url = url  # the absolute URI decided (a surface makes it absolute)
+        self.fields = fields  # the field lines the upstream head carries (after the outbound guard)
+        self.principal: Principal | None = None  # who it was decided for (live permission)
         self.target: PinnedTarget | None = None
+        # The proxy settings of the generation it was decided under (its response cap and
+        # deadlines): the object, not a copy of each.
+        self.settings = UNDECIDED_SETTINGS
+        self.lines: RequestLines | None = None  # its audit lines once allowed (`DecisionRecords`)
+        self.upstream_head = b""  # the head sent upstream, kept for a retry
+        # The inspect rules' verdict when a rule judged it (its close line names the rule).
+        self.verdict: RequestVerdict | None = None
         # The outbound scan of its body (issue 26): while set, the request is held (nothing sent
         # upstream) until the window is read or the body ends; `body_screened` then continues.
         self.body_guard: BodyGuard | None = None
@@ -205,74 +179,121 @@ class ForwardExchange:
         # Replaces a bound credential's real value in the response (issue 26); None: nothing to.
         self.scrubber: Scrubber | None = None
 
-    @property
-    def headers(self) -> list[tuple[bytes, bytes]]:
-        """Every field of the request head as llhttp reads it (the transparent listener's Host)."""
-        return request_fields(self.client_head)
+
+class Transfer:
+    """The bytes of one exchange each way. The request side (`pending`, `pending_bytes`,
+    `bytes_up`, `body_done`, `retried`) is written by the exchange's body relay (the methods of
+    `ForwardExchange`); the response side (`upstream`, `status`, `bytes_down`) by the
+    `upstream.UpstreamConnection` carrying it."""
+
+    __slots__ = ("body_done", "bytes_down", "bytes_up", "pending", "pending_bytes", "retried", "status", "upstream")
+
+    def __init__(self) -> None:
+        self.body_done = False
+        self.pending: list[bytes] = []  # body bytes held until an upstream exists (or screened)
+        self.pending_bytes = 0
+        self.bytes_up = 0
+        self.retried = False
+        self.upstream: UpstreamSide | None = None
+        self.status = 0  # the upstream's final status once its head went to the client
+        self.bytes_down = 0
+
+
+class ForwardExchange:
+    """One request and its response: the request as parsed (`request`, the framing's), the
+    decision (`decision`, the dispatcher's) and the bytes each way (`transfer`), for the client
+    connection that read it (`client`). Its methods relay the request body towards the upstream:
+    sent once one exists, held (bounded) until then or until the outbound scan's verdict."""
+
+    __slots__ = ("client", "decision", "request", "started", "transfer")
+
+    def __init__(self, request: ParsedRequest, client: ClientSide) -> None:
+        self.request = request
+        self.client = client
+        self.decision = ExchangeDecision(request.url, request.fields)
+        self.transfer = Transfer()
+        # The monotonic clock, as the connection's deadlines: its close reads one clock for both.
+        self.started = time.monotonic()
 
     def request_body(self, data: bytes) -> None:
-        framed = b"%x\r\n%b\r\n" % (len(data), data) if self.chunked_request else data
-        self.bytes_up += len(data)
-        guard = self.body_guard
+        framed = b"%x\r\n%b\r\n" % (len(data), data) if self.request.chunked else data
+        transfer = self.transfer
+        transfer.bytes_up += len(data)
+        guard = self.decision.body_guard
         if guard is not None and not guard.settled:
             self._screen_body(guard, data, framed)
             return
-        upstream = self.upstream
-        if upstream is not None and upstream.transport is not None:
-            upstream.last_activity = time.monotonic()  # a slow upload is not a hung origin
-            upstream.transport.write(framed)
+        upstream = transfer.upstream
+        if upstream is not None and upstream.send_body(framed):
             return
         # Not connected yet: hold the body, but never more than one write buffer's worth.
-        self.pending.append(framed)
-        self.pending_bytes += len(framed)
-        if self.pending_bytes > WRITE_HIGH_WATER_BYTES:
+        transfer.pending.append(framed)
+        transfer.pending_bytes += len(framed)
+        if transfer.pending_bytes > WRITE_HIGH_WATER_BYTES:
             self.client.pause_client_reading(PauseReason.BODY_BUFFER)
 
     def _screen_body(self, guard: BodyGuard, data: bytes, framed: bytes) -> None:
         """Scan and hold: nothing of a screened body leaves before its verdict."""
         guard.feed(data)
-        self.pending.append(framed)
-        self.pending_bytes += len(framed)
+        transfer = self.transfer
+        transfer.pending.append(framed)
+        transfer.pending_bytes += len(framed)
         if guard.settled:
             self._body_read()
-        elif self.pending_bytes > guard.body.window_bytes + WRITE_HIGH_WATER_BYTES:
+        elif transfer.pending_bytes > guard.body.window_bytes + WRITE_HIGH_WATER_BYTES:
             self.client.pause_client_reading(PauseReason.BODY_BUFFER)
 
     def _body_read(self) -> None:
         """The window is read (or the body ended): the dispatcher continues, if it is waiting
         (else it finds the guard settled when its decision is made)."""
-        then, self.body_screened = self.body_screened, None
+        decision = self.decision
+        then, decision.body_screened = decision.body_screened, None
         if then is not None:
             then()
+
+    def take_held_body(self) -> bytes:
+        """The body held so far, for the upstream's first write (and the client reads again)."""
+        transfer = self.transfer
+        if not transfer.pending:
+            return b""
+        held = b"".join(transfer.pending)
+        transfer.pending.clear()
+        transfer.pending_bytes = 0
+        self.client.resume_client_reading(PauseReason.BODY_BUFFER)
+        return held
 
     @property
     def resendable(self) -> bool:
         """Whether the whole request can be sent again: idempotent, no body bytes, not yet retried."""
-        return self.method in IDEMPOTENT_METHODS and self.body_done and self.bytes_up == 0 and not self.retried
+        transfer = self.transfer
+        return (
+            self.request.method in IDEMPOTENT_METHODS
+            and transfer.body_done
+            and transfer.bytes_up == 0
+            and not transfer.retried
+        )
 
     def prepare_retry(self) -> None:
-        """Reset what the failed attempt consumed so `UpstreamConnection.start` can send it again."""
-        self.retried = True
-        self.upstream = None
-        self.pending = [b"0\r\n\r\n"] if self.chunked_request else []
-        self.pending_bytes = 0
+        """Reset what the failed attempt consumed so `UpstreamConnection.start` can send it again
+        (the upstream that failed has let go of it)."""
+        transfer = self.transfer
+        transfer.retried = True
+        transfer.pending = [b"0\r\n\r\n"] if self.request.chunked else []
+        transfer.pending_bytes = 0
 
     def request_end(self) -> None:
-        self.body_done = True
-        if self.chunked_request:
-            if self.upstream is not None and self.upstream.transport is not None:
-                self.upstream.transport.write(b"0\r\n\r\n")
-            else:
-                self.pending.append(b"0\r\n\r\n")
-        guard = self.body_guard
+        transfer = self.transfer
+        transfer.body_done = True
+        upstream = transfer.upstream
+        if self.request.chunked and (upstream is None or not upstream.send_body(b"0\r\n\r\n")):
+            transfer.pending.append(b"0\r\n\r\n")
+        guard = self.decision.body_guard
         if guard is not None and not guard.settled:
             guard.ended = True
             self._body_read()
             return
-        upstream = self.upstream
-        # `upstream.response_complete`, inline: once per request.
-        if upstream is not None and upstream.framing is not None and upstream.framing.complete:
-            upstream.finish()
+        if upstream is not None:
+            upstream.request_ended()
 
 
 def build_request_head(method: bytes, target: bytes, authority: bytes, fields: bytes, chunked: bool) -> bytes:

@@ -88,6 +88,7 @@ class UpstreamConnection(asyncio.Protocol):
             # crossed our request on the wire): nothing was processed, so send it once more on a
             # fresh connection rather than fail a request the origin never saw.
             self.exchange = None
+            exchange.transfer.upstream = None
             exchange.prepare_retry()
             exchange.client.retry_exchange(exchange)
             return
@@ -118,19 +119,20 @@ class UpstreamConnection(asyncio.Protocol):
         except GatewayError as error:
             self._fail(exchange, error)
             return
-        scrubber = exchange.scrubber
+        decision, transfer = exchange.decision, exchange.transfer
+        scrubber = decision.scrubber
         if scrubber is not None:
             # Length-preserving, on the relayed bytes: chunk sizes and Content-Length stay true.
             out = scrubber.body(out) + (scrubber.finish() if framing.complete else b"")
         if out:
-            if not exchange.status:
-                exchange.status = framing.status  # for the close line
+            if not transfer.status:
+                transfer.status = framing.status  # for the close line
             exchange.client.transport.write(out)
-        if framing.body_bytes > exchange.settings.max_response_bytes:
-            exchange.bytes_down = framing.body_bytes
+        if framing.body_bytes > decision.settings.max_response_bytes:
+            transfer.bytes_down = framing.body_bytes
             self._fail(exchange, GatewayError(ErrorCode.TOO_LARGE, "the response exceeds proxy.max_response_bytes"))
             return
-        if framing.complete and exchange.body_done:
+        if framing.complete and transfer.body_done:
             self.finish()
 
     def _fail(self, exchange: ForwardExchange, error: GatewayError) -> None:
@@ -139,10 +141,11 @@ class UpstreamConnection(asyncio.Protocol):
         framing = self.framing
         if framing is not None and framing.head_sent:
             out = framing.take_output()
-            if exchange.scrubber is not None:
-                out = exchange.scrubber.body(out) + exchange.scrubber.finish()
+            scrubber = exchange.decision.scrubber
+            if scrubber is not None:
+                out = scrubber.body(out) + scrubber.finish()
             if out:
-                exchange.status = exchange.status or framing.status
+                exchange.transfer.status = exchange.transfer.status or framing.status
                 exchange.client.transport.write(out)
         self.exchange = None
         if self.transport is not None:
@@ -194,12 +197,28 @@ class UpstreamConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def send_body(self, data: bytes) -> bool:
+        """Request body bytes, written now; False when not connected (the exchange holds them)."""
+        transport = self.transport
+        if transport is None:
+            return False
+        self.last_activity = time.monotonic()  # a slow upload is not a hung origin
+        transport.write(data)
+        return True
+
+    def request_ended(self) -> None:
+        """The request's body ended: finish if the response already has."""
+        framing = self.framing
+        if framing is not None and framing.complete:
+            self.finish()
+
     def start(self, exchange: ForwardExchange, head: bytes) -> None:
         """Send the request head and any body received so far in one write."""
         self.exchange = exchange
-        exchange.upstream = self
-        self.principal_rule = exchange.principal_rule
-        self.target = exchange.target
+        exchange.transfer.upstream = self
+        decision, request = exchange.decision, exchange.request
+        self.principal_rule = decision.principal
+        self.target = decision.target
         conn = exchange.client.audit_fields.get("conn")
         if conn is not self._id_conn:
             # The id of the audit lines, as on refusals and the CONNECT 200: formatted once per
@@ -208,41 +227,35 @@ class UpstreamConnection(asyncio.Protocol):
             self._id_field = b"X-Egress-Id: %s\r\n" % conn.encode("ascii") if isinstance(conn, str) else b""
         spent = self._spent_framing
         self._spent_framing = None
-        close_client = exchange.client_http10 or not exchange.client_keep_alive
+        close_client = request.http10 or not request.keep_alive
         self.framing = (
             ResponseFraming(
                 exchange.client.head_memos,
-                head_only=exchange.method == b"HEAD",
-                client_http10=exchange.client_http10,
+                head_only=request.method == b"HEAD",
+                client_http10=request.http10,
                 close_client=close_client,
                 id_field=self._id_field,
             )
             if spent is None
             else spent.next_response(
-                head_only=exchange.method == b"HEAD",
-                client_http10=exchange.client_http10,
+                head_only=request.method == b"HEAD",
+                client_http10=request.http10,
                 close_client=close_client,
                 id_field=self._id_field,
             )
         )
         self._reused = self._responses > 0
         self._answered = False
-        exchange.request_head = head
         now = self.last_activity = time.monotonic()
-        settings = exchange.settings
+        settings = decision.settings
         self._deadline.set_at(
             self._deadlines.start(
                 now, settings.idle_timeout_s, settings.response_head_timeout_s, settings.response_timeout_s
             )
         )
         assert self.transport is not None
-        if exchange.pending:
-            self.transport.write(head + b"".join(exchange.pending))
-            exchange.pending.clear()
-            exchange.pending_bytes = 0
-            exchange.client.resume_client_reading(PauseReason.BODY_BUFFER)
-        else:
-            self.transport.write(head)
+        held = exchange.take_held_body()
+        self.transport.write(head + held if held else head)
 
     def finish(self) -> None:
         """Response and request both complete: hand the client back and park or drop this one."""
@@ -256,7 +269,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._responses += 1
         if self._reading_paused:
             self.resume_reading()
-        exchange.bytes_down = framing.body_bytes
+        exchange.transfer.bytes_down = framing.body_bytes
         if self._reusable and framing.reusable and self.transport is not None and not self.transport.is_closing():
             self._spent_framing = framing
             self.pool.release(self)

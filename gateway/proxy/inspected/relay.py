@@ -10,8 +10,10 @@ before the 101 are held up to a cap) and deadline-respecting (the policy's idle 
 lifetime). A bound credential's value in the origin's answer head (and a refusal's body) is
 scrubbed, as any inspected response's. One audit line at close with the bytes each way.
 
-Never parses WebSocket frames, never dials or decides (the inspected client pins and dials),
-never forwards a byte of the agent's before the origin switched protocols.
+The relay is also the protocol of the agent's side once the inspected connection handed its
+transport over (`RelayClientSide`). Never parses WebSocket frames, never dials or decides
+(`upgrades.InspectedUpgrades` judges, pins and dials), never forwards a byte of the agent's
+before the origin switched protocols.
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ class UpgradeRelay(asyncio.Protocol):
 
     # the upstream --------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.state is RelayState.CLOSED:
+            transport.close()  # the agent left while this was dialed
+            return
         self.upstream = transport  # type: ignore[assignment]  # uvloop's transports do not subclass
         transport.write(self.head)  # type: ignore[attr-defined]
         self.bytes_up += len(self.head)
@@ -268,3 +273,26 @@ class UpgradeRelay(asyncio.Protocol):
                 self.address,
             )
         )
+
+
+class RelayClientSide(asyncio.Protocol):
+    """The agent's side of a relay: the protocol of the inspected connection's decrypted stream
+    once its client connection handed the transport over (`ClientConnection._begin_upgrade`)."""
+
+    def __init__(self, relay: UpgradeRelay) -> None:
+        self.relay = relay
+
+    def data_received(self, data: bytes) -> None:
+        self.relay.from_client(data)
+
+    def eof_received(self) -> bool | None:
+        return None  # TLS has no half-close: the relay ends with the connection
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.relay.close("client_reset" if exc is not None else "client_closed")
+
+    def pause_writing(self) -> None:
+        self.relay.client_paused_writing()
+
+    def resume_writing(self) -> None:
+        self.relay.client_resumed_writing()
