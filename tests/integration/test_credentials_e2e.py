@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from aiohttp import web
 from dnslib import DNSRecord
 
 from tests.harness.dns import FakeDNS
-from tests.harness.gateway import GatewayProcess, free_port, policy_document
+from tests.harness.gateway import GatewayProcess, free_port, policy_document, shared_for_a_test
 from tests.harness.origins import Origin, OriginFactory
 
 REAL_VALUE = "corp-token-" + "R3alT0ken" * 3  # the secret the gateway holds (no known format)
@@ -121,19 +121,15 @@ class Setup:
         self.begin()
 
     def begin(self) -> Setup:
-        """From here on, audit lines and echoed requests count as this test's."""
-        self.audit_mark = self.gateway.audit_mark()
+        """From here on, echoed requests count as this test's (and audit lines: the fixture)."""
         self.seen_mark = len(self._seen)
         return self
 
     def canary_url(self, path: str = "/") -> str:
         return f"http://{self.canary_name}:{self.canary.port}{path}"
 
-    def wait_audit(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 5.0) -> list[Any]:
-        return self.gateway.wait_audit(predicate, timeout_s, since=self.audit_mark)
-
     def security_lines(self) -> list[dict[str, Any]]:
-        return [line for line in self.gateway.audit_lines(self.audit_mark) if line["event"] == "security"]
+        return [line for line in self.gateway.audit_lines() if line["event"] == "security"]
 
     def seen(self) -> list[dict[str, Any]]:
         """What the echo origin received during this test."""
@@ -224,9 +220,8 @@ def shared_setup(
 @pytest.fixture
 def setup(shared_setup: Setup) -> Iterator[Setup]:
     """The module's gateway, with this test's audit lines and echoed requests counted from now."""
-    yield shared_setup.begin()
-    # A line the test caused but did not wait for must not land in the next test's share.
-    shared_setup.gateway.wait_audit_quiet()
+    with shared_for_a_test(shared_setup.gateway):
+        yield shared_setup.begin()
 
 
 @pytest.fixture
@@ -281,7 +276,7 @@ def test_the_placeholder_to_an_unbound_host_over_plain_http_is_refused_and_nothi
     _refused_misuse(response)
     setup.assert_canary_untouched()
     # The security line and the decision line are written apart: wait for both.
-    lines = setup.wait_audit(
+    lines = setup.gateway.wait_audit(
         lambda ls: {"security", "decision"} <= {line["event"] for line in ls if line.get("code") == "credential_misuse"}
     )
     security = [line for line in lines if line["event"] == "security"]
@@ -326,7 +321,7 @@ def test_the_placeholder_in_a_web_fetch_url_or_search_query_is_refused(setup: Se
     _refused_misuse(fetched)
     _refused_misuse(searched)
     setup.assert_canary_untouched()
-    lines = setup.wait_audit(lambda ls: sum(line["event"] == "security" for line in ls) >= 2)
+    lines = setup.gateway.wait_audit(lambda ls: sum(line["event"] == "security" for line in ls) >= 2)
     security = [line for line in lines if line["event"] == "security"]
     assert {(line["kind"], line["findings"][0]["where"]) for line in security} == {
         ("fetch", "url"),
@@ -353,7 +348,7 @@ def test_the_placeholder_in_a_dns_name_is_refused_in_any_case_and_split_over_lab
     assert not [q for q in fake_dns.queries[before:] if lower[:20] in q[0]], "the name was forwarded upstream"
     allowed = _dns_query(setup.gateway.dns_port, CANARY_NAME)  # type: ignore[attr-defined]
     assert allowed.header.rcode == 0
-    lines = setup.wait_audit(lambda ls: any(line["event"] == "security" for line in ls))
+    lines = setup.gateway.wait_audit(lambda ls: any(line["event"] == "security" for line in ls))
     security = [line for line in lines if line["event"] == "security"]
     assert security[0]["kind"] == "dns"
     assert security[0]["findings"] == [{"rule": "tier1.placeholder", "tier": 1, "where": "dns", "credential": "github"}]
@@ -375,7 +370,7 @@ def test_each_tier_on_each_surface(setup: Setup, surface: str, tier: int) -> Non
         # Reported, not refused: a fetch of the JSON echo is content, a search finds no engine
         # reachable here (502/503/504 under load), never the scanner's 403.
         assert status != 403
-    lines = setup.wait_audit(lambda ls: any(line["event"] == "security" for line in ls), timeout_s=15)
+    lines = setup.gateway.wait_audit(lambda ls: any(line["event"] == "security" for line in ls), timeout_s=15)
     security = [line for line in lines if line["event"] == "security"]
     rules = {finding["rule"] for line in security for finding in line["findings"]}
     assert ("tier2.aws_access_key_id" if tier == 2 else "tier3.gitlab_token") in rules
