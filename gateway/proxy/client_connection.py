@@ -36,7 +36,7 @@ from gateway.policy.inspect_decide import inspects_host
 from gateway.proxy.deadlines.limits import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
 from gateway.proxy.deadlines.wheel import DeadlineWheel, LazyDeadline
 from gateway.proxy.decision.live_permission import REVOKED_REASON, revocation
-from gateway.proxy.decision.records import DecisionRecords
+from gateway.proxy.decision.records import ExchangeRecords
 from gateway.proxy.forward.dispatch import ForwardDispatcher
 from gateway.proxy.forward.exchange import NOT_PAUSED, ForwardExchange, ParsedRequest, PauseReason
 from gateway.proxy.http1.head_memos import HeadMemos
@@ -106,7 +106,7 @@ class ListenerState(Protocol):
     @property
     def wheel(self) -> DeadlineWheel: ...
     @property
-    def records(self) -> DecisionRecords: ...
+    def records(self) -> ExchangeRecords: ...
     @property
     def tunnels(self) -> TunnelOpener: ...
     @property
