@@ -95,7 +95,12 @@ class _DecidedExchange(Protocol):
     def verdict(self) -> RequestVerdict | None: ...
 
 
-class _ExchangeTransfer(Protocol):
+class ClosingExchange(Protocol):
+    """What a forwarded request's close line is written from (`forward.exchange.ForwardExchange`):
+    its decision's lines, its counts each way, its start and its client."""
+
+    @property
+    def decision(self) -> _DecidedExchange: ...
     @property
     def bytes_up(self) -> int: ...
     @property
@@ -104,16 +109,6 @@ class _ExchangeTransfer(Protocol):
     def status(self) -> int: ...
     @property
     def upstream(self) -> _PooledKey | None: ...
-
-
-class ClosingExchange(Protocol):
-    """What a forwarded request's close line is written from (`forward.exchange.ForwardExchange`):
-    its decision's lines, its transfer's counts, its start and its client."""
-
-    @property
-    def decision(self) -> _DecidedExchange: ...
-    @property
-    def transfer(self) -> _ExchangeTransfer: ...
     @property
     def started(self) -> float: ...
     @property
@@ -180,14 +175,13 @@ class DecisionRecords:
         allowed: it has no `lines`), `duration_s` since it started (read here when not given)."""
         lines = exchange.decision.lines
         if lines is not None:
-            transfer = exchange.transfer
             # The counter children's own field: `inc()` would be one more call each.
-            bytes_up = transfer.bytes_up
-            bytes_down = transfer.bytes_down
+            bytes_up = exchange.bytes_up
+            bytes_down = exchange.bytes_down
             _FORWARD_UP.value += bytes_up
             _FORWARD_DOWN.value += bytes_down
-            upstream = transfer.upstream
-            key = (transfer.status, (upstream.key[1] or None) if upstream is not None else None, reason)
+            upstream = exchange.upstream
+            key = (exchange.status, (upstream.key[1] or None) if upstream is not None else None, reason)
             close = lines.closes.get(key)
             if close is None:
                 close = self._close_line(lines, key)

@@ -221,7 +221,7 @@ class ForwardDispatcher:
         except GatewayError as refusal:
             self._deny(exchange, refusal, loaded, principal, forward)
             return False
-        if not exchange.transfer.body_done:
+        if not exchange.body_done:
             decision.body_guard = guard.body(facts, policy, principal, content_encoding(decision.fields))
         return True
 

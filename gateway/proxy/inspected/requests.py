@@ -203,12 +203,12 @@ class InspectRecords:
         self.records.count_decision(kind, decision, code)
 
     def record_exchange_close(self, exchange: ClosingExchange, reason: str, duration_s: float | None = None) -> None:
-        decision, transfer = exchange.decision, exchange.transfer
+        decision = exchange.decision
         lines = decision.lines
         if lines is None:
             return
         verdict = decision.verdict
-        upstream = transfer.upstream
+        upstream = exchange.upstream
         target = lines.target
         outcome = verdict.verdict if verdict is not None and verdict.verdict != "uninspected" else "allow"
         metrics.INSPECTED_REQUESTS.labels(outcome, "none").inc()
@@ -221,9 +221,9 @@ class InspectRecords:
             address=(upstream.key[1] or None) if upstream is not None else None,
             method=lines.method,
             path=verdict.path if verdict is not None else lines.path,
-            status=transfer.status or None,
-            bytes_up=transfer.bytes_up,
-            bytes_down=transfer.bytes_down,
+            status=exchange.status or None,
+            bytes_up=exchange.bytes_up,
+            bytes_down=exchange.bytes_down,
             duration_s=round(time.monotonic() - exchange.started if duration_s is None else duration_s, 6),
             decision=outcome,
             rule=verdict.rule if verdict is not None and verdict.rule is not None else None,
