@@ -4,17 +4,18 @@ Owns the client side of every proxy connection as an asyncio Protocol that feeds
 its `http1/request_framing.RequestFraming` (the sans-I/O request half: parsing, caps, pipelining,
 keep-alive intent) and its `deadlines/limits.ClientLimits` (the head deadline against
 slowloris, the keep-alive idle time, the half-close, whether another request is served) and
-carries out what they say: its one entry in the listener's `deadlines/wheel.DeadlineWheel` moved (the
-entry also bounds each attempt of a CONNECT's dial, as the dialer's `DialDeadline`; the dial
-runs without a task, reporting to this connection as its `DialOwner`), the
+carries out what they say: its one entry in the listener's `deadlines/wheel.DeadlineWheel` moved, the
 write side kept open after the client's FIN, the connection aborted or closed, pipelined requests
 answered in order, denials with X-Egress-Code, and the request in flight dropped when a policy
-reload denies it. Each absolute-URI request goes to `forward/dispatch.ForwardDispatcher` (decided without
-a task when cached state suffices), each CONNECT to `tunnel/opener.TunnelOpener`; `server.py`
-owns the listener, `forward/upstream.py` the upstream side of an exchange and `tunnel/splice.py` an established
-tunnel.
+reload denies it. Its `decision/context.ClientContext` is made once, as the connection is
+accepted. Each absolute-URI request goes to `forward/dispatch.ForwardDispatcher` (decided without
+a task when cached state suffices); a CONNECT head goes to a `tunnel/attempt.TunnelAttempt` (the
+listener's `ConnectSurface`), which owns it to the splice: meanwhile this connection holds the
+client's early bytes, passes its wheel entry's expiry on (it bounds the dial), and gives its
+transport to the tunnel or to inspection when told. `server.py` owns the listener,
+`forward/upstream.py` the upstream side of an exchange and `tunnel/splice.py` an established tunnel.
 
-Never resolves a name or dials a socket itself (the egress core decides; a CONNECT's
+Never resolves a name or dials a socket itself (the egress core decides; a tunnel attempt's
 `PinnedDial` and the forward dispatcher's `open_pinned_connection` dial), never parses bytes
 itself, never forwards or echoes the proxy credential.
 """
@@ -31,10 +32,9 @@ from gateway.egress.target import EgressCore
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe import metrics
 from gateway.observe.audit_fields import connection_fields, connection_fields_with
-from gateway.peer_uid import loopback_peer_uid
-from gateway.policy.inspect_decide import inspects_host
 from gateway.proxy.deadlines.limits import AfterFin, ClientDeadline, ClientExpiry, ClientLimits
 from gateway.proxy.deadlines.wheel import DeadlineWheel, LazyDeadline
+from gateway.proxy.decision.context import ClientContext
 from gateway.proxy.decision.live_permission import REVOKED_REASON, revocation
 from gateway.proxy.decision.records import ExchangeRecords
 from gateway.proxy.forward.dispatch import ForwardDispatcher
@@ -50,37 +50,14 @@ from gateway.proxy.http1.request_framing import (
     UpgradeHead,
 )
 from gateway.proxy.tls.sni import MAX_PEEK_BYTES
-from gateway.proxy.tunnel.opener import TunnelOpener, TunnelRequest
-from gateway.proxy.tunnel.splice import DialedUpstream, Tunnel, UpstreamTunnelProtocol
-from gateway.tasks import spawn
+from gateway.proxy.tunnel.attempt import Inspection, TunnelAttempt
+from gateway.proxy.tunnel.connect_surface import ConnectSurface
+from gateway.proxy.tunnel.splice import Tunnel
 from gateway.vet.addresses import IPAddress
 
 if TYPE_CHECKING:
-    from gateway.egress.connect import PinnedDial
     from gateway.policy.model import LoadedPolicy
     from gateway.proxy.forward.kept_decision import KeptDecision
-
-
-class Inspection(Protocol):
-    """TLS interception for the hosts an `inspect` entry names (`inspected.InspectService`)."""
-
-    def take_over(
-        self,
-        raw: asyncio.Transport,
-        *,
-        principal: str,
-        host: str,
-        port: int,
-        early: bytes,
-        audit_fields: Mapping[str, Any],
-        preface: bytes = b"",
-    ) -> None: ...
-
-    def begin_drain(self) -> None: ...
-
-    def has_busy_connections(self) -> bool: ...
-
-    def close(self) -> None: ...
 
 
 class Upgrades(Protocol):
@@ -108,8 +85,6 @@ class ListenerState(Protocol):
     @property
     def records(self) -> ExchangeRecords: ...
     @property
-    def tunnels(self) -> TunnelOpener: ...
-    @property
     def connections(self) -> set[ClientConnection]: ...
     @property
     def draining(self) -> bool: ...
@@ -124,17 +99,19 @@ class ListenerState(Protocol):
         """Why a CONNECT is refused on this listener's connections, or None: served."""
         ...
 
+    @property
+    def connect_surface(self) -> ConnectSurface | None:
+        """What a CONNECT's attempt does here (None where CONNECT is refused)."""
+        ...
+
     def activity_ended(self) -> None: ...
 
 
-# Not looked up yet (None is a looked-up answer: not on loopback, or the socket is gone).
-_UNKNOWN_UID = object()
 # The unlabelled histogram's child, bound once: the family's `observe` is one more call per request.
 _FORWARD_SECONDS = metrics.HTTP_FORWARD_SECONDS.labels()
 
 
 # A refusal's status line names the port only when it is not the request's default.
-CONNECT_DEFAULT_PORT = 443
 PLAIN_HTTP_DEFAULT_PORT = 80
 
 
@@ -142,25 +119,23 @@ class ClientConnection(asyncio.Protocol):
     """One client connection: parses heads, runs exchanges one at a time, or becomes a tunnel."""
 
     __slots__ = (
+        "_attempt",
         "_audit_extra",
         "_closed",
-        "_connecting",
         "_deadline",
-        "_dial",
         "_dispatcher",
         "_early",
         "_exchange",
         "_framing",
         "_limits",
         "_pause_mask",
-        "_peer_uid",
         "_queued",
         "_receiving",
         "_refusal_port",
-        "_request",
         "_tunnel",
         "_upgrades",
         "audit_fields",
+        "context",
         "head_memos",
         "kept_decision",
         "original",
@@ -193,6 +168,7 @@ class ClientConnection(asyncio.Protocol):
         self._audit_extra = audit_extra
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
         self.audit_fields: dict[str, Any] = {}
+        self.context: ClientContext = None  # type: ignore[assignment]  # made in connection_made
         # None once the connection is a tunnel (or refused): its parser's memory is freed. Each
         # head it parses is a `ParsedRequest`, which `_request_head` makes into its exchange.
         self._framing: RequestFraming[ParsedRequest] | None = RequestFraming(
@@ -202,21 +178,17 @@ class ClientConnection(asyncio.Protocol):
         self._receiving: ForwardExchange | None = None
         self._queued: deque[ForwardExchange] = deque()
         self._tunnel: Tunnel | None = None
-        self._connecting = False
-        # Client bytes that arrive while a CONNECT is being dialed (a ClientHello sent eagerly):
+        # A CONNECT on its way to a tunnel: it owns the decision, the dial and the hand-over.
+        self._attempt: TunnelAttempt[ConnectHead] | None = None
+        # Client bytes that arrive while a CONNECT's attempt runs (a ClientHello sent eagerly):
         # bytes, not a bytearray, so that none is made for a connection that sends nothing early.
         self._early = b""
         self._pause_mask = NOT_PAUSED
-        self._peer_uid: int | object | None = _UNKNOWN_UID
         # The connection's deadline (head or keep-alive idle) and half-close, as data; `_deadline`
         # is its entry in the wheel, which a tunnel on this connection takes over for its limits.
         self._limits = ClientLimits()
         self._deadline = LazyDeadline(self._timeout, server.wheel)
         self._closed = False
-        # The CONNECT's dial (no task) and what it was decided for; the wheel entry bounds its
-        # attempts (`DialDeadline`).
-        self._dial: PinnedDial[UpstreamTunnelProtocol] | None = None
-        self._request: TunnelRequest | None = None
         self.kept_decision: KeptDecision | None = None  # the dispatcher's, for the next request
 
     @property
@@ -225,21 +197,13 @@ class ClientConnection(asyncio.Protocol):
 
     @property
     def busy(self) -> bool:
-        return self._tunnel is not None or self._exchange is not None or self._connecting
+        return self._tunnel is not None or self._exchange is not None or self._attempt is not None
 
     def peer_uid(self, loaded: LoadedPolicy) -> int | None:
         """The uid behind a loopback client, when the policy binds uids to principals (an agent
         cannot borrow another principal, or `default`, through this listener); read from the
-        kernel once per connection, and never when no uid is bound."""
-        if not loaded.policy.transparent.principals:
-            return None
-        uid = self._peer_uid
-        if uid is _UNKNOWN_UID:
-            transport = self.transport
-            uid = self._peer_uid = loopback_peer_uid(
-                transport.get_extra_info("peername"), transport.get_extra_info("sockname")
-            )
-        return uid if isinstance(uid, int) else None
+        kernel once per connection (`ClientContext.peer_uid`), and never when no uid is bound."""
+        return self.context.peer_uid(loaded)
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -250,6 +214,7 @@ class ClientConnection(asyncio.Protocol):
         if self._audit_extra:
             fields = connection_fields_with(fields, **self._audit_extra)
         self.audit_fields = fields
+        self.context = ClientContext(self.transport, fields, original=self.original)
         self.server.connections.add(self)
         self._limits.accepted(time.monotonic(), self.server.core.policy.current.policy.proxy.head_timeout_s)
         self._deadline.set_at(self._limits.at)
@@ -258,7 +223,7 @@ class ClientConnection(asyncio.Protocol):
         if self._tunnel is not None:
             self._tunnel.from_client(data)
             return
-        if self._connecting:
+        if self._attempt is not None:
             # Held, not parsed: beyond one peek's worth the client waits for the tunnel.
             self._early += data
             if len(self._early) > MAX_PEEK_BYTES:
@@ -304,7 +269,7 @@ class ClientConnection(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         if self._tunnel is not None:
             return self._tunnel.client_eof()
-        owed = self._exchange is not None or self._connecting
+        owed = self._exchange is not None or self._attempt is not None
         return True if self._limits.client_eof(response_owed=owed) is AfterFin.HALF_CLOSE else None
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -317,8 +282,8 @@ class ClientConnection(asyncio.Protocol):
             if not tunnel.closed:
                 tunnel.client_lost(exc)
             return
-        if not self._connecting:
-            self._deadline.release()  # while dialing, the entry still bounds the dial
+        if self._attempt is None:
+            self._deadline.release()  # while an attempt runs, the entry still bounds its dial
         for exchange in [self._exchange, *self._queued]:
             upstream = exchange.upstream if exchange is not None else None
             if exchange is not None and upstream is not None:
@@ -443,33 +408,14 @@ class ClientConnection(asyncio.Protocol):
         if refusal is not None:
             self._refuse(GatewayError(ErrorCode.INVALID_INPUT, refusal))
             return
-        opener = self.server.tunnels
+        surface = self.server.connect_surface
+        assert surface is not None  # a listener that serves CONNECT has one
         self._framing = None  # a tunnel never parses HTTP again; free the parser's memory
-        try:
-            # Decided here when cached state suffices: a refusal is answered without a task.
-            request = opener.decide(
-                head.authority, head.authorization, self.audit_fields, peer_uid=self.peer_uid(self.server.core.loaded)
-            )
-        except GatewayError as error:
-            self._answer_and_close(error, CONNECT_DEFAULT_PORT)
-            return
-        policy = request.loaded.policy
-        if request.principal.inspect or policy.defaults.inspect or policy.credentials.entries:
-            loaded, principal = request.loaded, request.principal
-            if inspects_host(loaded.policy, principal, request.host.name, request.port, tls=True):
-                self._begin_inspection(request, head.rest)
-                return
-        # Reading continues while the upstream is dialed (no pause/resume pair per tunnel);
+        # Reading continues while the attempt runs (no pause/resume pair per tunnel);
         # data_received holds whatever arrives until the tunnel exists.
-        self._connecting = True
         self._early += head.rest
-        if request.target is None:
-            # Not decided from cached state: the decision waits for DNS, in a task of its own.
-            # Nothing is due until the dial's first attempt starts (the lookup has its own timeout).
-            self._deadline.clear()
-            spawn(self._resolve_then_dial(request), name="proxy-connect", loop=self.server.loop)
-            return
-        self._dial_upstream(request)
+        attempt = self._attempt = TunnelAttempt(surface, self.context, self, self._deadline, head)
+        attempt.start()
 
     def _begin_upgrade(self, head: UpgradeHead) -> None:
         """An upgrade request (only a framing made with `upgrades=True`, for a connection given
@@ -490,123 +436,20 @@ class ClientConnection(asyncio.Protocol):
         self._deadline.cancel()
         self.transport.set_protocol(relay)
 
-    # inspection (issue 25) ---------------------------------------------------------------------
-    def _begin_inspection(self, request: TunnelRequest, early: bytes) -> None:
-        """A CONNECT to a host an `inspect` entry names: TLS is terminated, never spliced."""
-        opener = self.server.tunnels
-        if self.server.inspection is None:
-            opener.release(request.principal.name)
-            error = GatewayError(
-                ErrorCode.INSPECTION_UNSUPPORTED,
-                f"{request.host.name} is inspected but no interception CA is configured (EGRESS_INSPECT_CA_CERT)",
-            )
-            self.server.records.record_deny(
-                "connect",
-                request.principal.name,
-                request.host.name,
-                request.port,
-                error=error,
-                generation=request.loaded.generation,
-                client=self.audit_fields,
-            )
-            self._answer_and_close(error, CONNECT_DEFAULT_PORT)
-            return
-        self._connecting = True
-        self._early += early
-        if request.target is None:
-            self._deadline.clear()
-            spawn(self._resolve_then_inspect(request), name="proxy-inspect", loop=self.server.loop)
-            return
-        self._hand_to_inspection(request)
+    # TunnelClient (tunnel/attempt.py): the attempt gives the transport away, or ends ------------
+    def gone_reason(self) -> str | None:
+        if self.server.draining:
+            return "shutdown"
+        # While dialing, only a reset closes the client side (a FIN is answered as a half-close).
+        return "client_reset" if self._closed else None
 
-    async def _resolve_then_inspect(self, request: TunnelRequest) -> None:
-        try:
-            request = await self.server.tunnels.resolve(request)
-        except GatewayError as error:
-            self._connect_failed(error)
-            return
-        self._hand_to_inspection(request)
-
-    def _hand_to_inspection(self, request: TunnelRequest) -> None:
-        # Inspected requests are limited per request (the pool, the deadlines), not as a tunnel.
-        opener = self.server.tunnels
-        opener.release(request.principal.name)
-        self._connecting = False
-        service = self.server.inspection
-        if self._closed or service is None:
-            return
-        assert request.target is not None
-        self.server.records.record_allow("connect", request.principal, request.target, client=self.audit_fields)
-        conn = self.audit_fields.get("conn")
-        established = (
-            b"HTTP/1.1 200 Connection Established\r\n"
-            + (b"X-Egress-Id: " + conn.encode("ascii") + b"\r\n" if isinstance(conn, str) else b"")
-            + b"\r\n"
-        )
-        # This protocol is done; the inspected connection owns the transport from here.
-        self._closed = True
-        self._framing = None
-        self.server.connections.discard(self)
-        self._deadline.cancel()
-        early, self._early = self._early, b""
-        if len(early) > MAX_PEEK_BYTES:
-            self.transport.resume_reading()
-        service.take_over(
-            self.transport,
-            principal=request.principal.name,
-            host=request.host.name,
-            port=request.port,
-            early=early,
-            audit_fields=self.audit_fields,
-            preface=established,
-        )
-
-    async def _resolve_then_dial(self, request: TunnelRequest) -> None:
-        try:
-            request = await self.server.tunnels.resolve(request)
-        except GatewayError as error:
-            self._connect_failed(error)
-            return
-        self._dial_upstream(request)
-        dial = self._dial
-        if dial is not None and self.server.tunnels.shutting_down:
-            dial.cancel()  # the listener shut down while DNS answered: it stops no dial made later
-
-    def _dial_upstream(self, request: TunnelRequest) -> None:
-        loop = self.server.loop
-        assert loop is not None  # set as the listener starts, before any connection
-        self._request = request
-        dial = self._dial = self.server.tunnels.dial(request, self, self, loop)
-        dial.start()
-
-    # DialDeadline (gateway.egress.dial_deadline): the connection's wheel entry, which has nothing
-    # else due while the CONNECT is dialed, bounds each attempt: no loop timer per dial.
-    def start_dial_attempt(self, timeout_s: float) -> None:
-        self._deadline.set_at(time.monotonic() + timeout_s)
-
-    def end_dial_attempt(self) -> None:
-        self._deadline.clear()
-
-    # DialOwner (gateway.egress.connect): how the dial ended.
-    def dial_connected(self, transport: asyncio.Transport, protocol: UpstreamTunnelProtocol, address: str) -> None:
-        request, dial = self._request, self._dial
-        assert request is not None
-        assert dial is not None
-        self._request = self._dial = None
-        self._connecting = False
-        opener = self.server.tunnels
-        dialed = DialedUpstream(transport, protocol, address, dial.target)
-        if self._closed or self.server.draining:
-            # While dialing, only a reset closes the client side (a FIN is answered as a half-close).
-            opener.abandon(request, dial, dialed, "shutdown" if self.server.draining else "client_reset")
-            self._close()
-            return
+    def splice(self, tunnel: Tunnel) -> None:
+        self._attempt = None
+        self._tunnel = tunnel
         early = self._early
         if early:
             self._early = b""
-        tunnel = self._tunnel = opener.establish(
-            self.transport, request, dial, dialed, early=early, deadline=self._deadline
-        )
+        tunnel.start(early)
         if tunnel.closed:
             return
         if len(early) > MAX_PEEK_BYTES:
@@ -614,26 +457,25 @@ class ClientConnection(asyncio.Protocol):
         if self._limits.eof:
             tunnel.client_eof()  # the client half-closed while we dialed
 
-    def dial_failed(self, error: GatewayError | None) -> None:
-        request, dial = self._request, self._dial
-        assert request is not None
-        assert dial is not None
-        self._request = self._dial = None
-        if error is not None and error.destination is None:
-            error.destination = (request.host.name, request.port)  # the status line names it
-        self.server.tunnels.dial_failed(request, dial, error)
-        self._connect_failed(error)
+    def detach(self) -> bytes:
+        # This protocol is done; the inspected connection owns the transport from here.
+        self._attempt = None
+        self._closed = True
+        self.server.connections.discard(self)
+        self._deadline.cancel()
+        early, self._early = self._early, b""
+        if len(early) > MAX_PEEK_BYTES:
+            self.transport.resume_reading()
+        return early
 
-    def _connect_failed(self, error: GatewayError | None) -> None:
-        """The CONNECT was refused after its head (DNS, the dial), or its dial cancelled (None:
-        shutdown, no answer owed)."""
-        self._connecting = False
+    def attempt_ended(self, answer: bytes) -> None:
+        self._attempt = None
         if self._closed:
-            self._deadline.release()
-        elif error is None:
-            self._close()
-        else:
-            self._answer_and_close(error, CONNECT_DEFAULT_PORT)
+            self._deadline.release()  # the dial it bounded is over
+            return
+        if answer:
+            self.transport.write(answer)
+        self._close()
 
     # closing ---------------------------------------------------------------------------------
     def _refuse(self, error: GatewayError) -> None:
@@ -699,11 +541,8 @@ class ClientConnection(asyncio.Protocol):
         if self._tunnel is not None:
             self._tunnel.deadline_check()  # the tunnel's idle time or lifetime
             return
-        if self._connecting:
-            # An attempt of the dial outlived connect_timeout_s (even if the client has left: the
-            # dial must still end, with its audit lines): the dialer takes this as its timeout.
-            if self._dial is not None:
-                self._dial.attempt_timed_out()
+        if self._attempt is not None:
+            self._attempt.deadline_passed()  # it bounds the attempt's dial
             return
         if self._closed:
             return

@@ -7,7 +7,7 @@ closes the tunnels, requests in flight and pooled connections the new policy den
 (`decision/live_permission.py`), and on shutdown it stops accepting and lets in-flight work finish within
 the grace period before closing it.
 
-Never resolves a name or dials a socket itself (the egress core decides; a CONNECT's
+Never resolves a name or dials a socket itself (the egress core decides; a tunnel attempt's
 `PinnedDial` and the forward dispatcher's `open_pinned_connection` dial), never parses bytes
 itself, never forwards or echoes the proxy credential.
 """
@@ -21,7 +21,7 @@ import time
 from gateway.credentials.guard import OutboundGuard
 from gateway.egress.target import EgressCore
 from gateway.observe.audit import AuditLog
-from gateway.proxy.client_connection import ClientConnection, Inspection
+from gateway.proxy.client_connection import ClientConnection
 from gateway.proxy.deadlines.wheel import DeadlineWheel
 from gateway.proxy.decision.caches import DecisionCaches
 from gateway.proxy.decision.live_permission import REVOKED_REASON, revocation
@@ -30,6 +30,8 @@ from gateway.proxy.forward.dispatch import ForwardDispatcher
 from gateway.proxy.forward.pool import UpstreamPool
 from gateway.proxy.forward.upstream import UpstreamConnection
 from gateway.proxy.http1.head_memos import HeadMemos
+from gateway.proxy.tunnel.attempt import Inspection
+from gateway.proxy.tunnel.connect_surface import ConnectSurface
 from gateway.proxy.tunnel.opener import TunnelOpener
 
 LISTEN_BACKLOG = 4096
@@ -51,9 +53,9 @@ class ProxyServer:
         self.head_memos = HeadMemos()
         self.records = DecisionRecords(audit)
         self.pool: UpstreamPool[UpstreamConnection] = UpstreamPool(self.wheel)
-        self.tunnels = TunnelOpener(
-            core, self.caches, self.records, audit, on_closed=self.activity_ended, wheel=self.wheel
-        )
+        self.tunnels = TunnelOpener(core, self.records, audit, on_closed=self.activity_ended, wheel=self.wheel)
+        # What a CONNECT's attempt does on this listener (`tunnel/attempt.TunnelAttempt`).
+        self.connect_surface = ConnectSurface(self, self.tunnels, self.caches)
         self.dispatcher = ForwardDispatcher(core, self.caches, self.records, self.pool, guard)
         self.draining = False
         self.connections: set[ClientConnection] = set()

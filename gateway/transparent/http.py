@@ -23,14 +23,16 @@ import ssl
 from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.policy.model import LoadedPolicy, Principal
-from gateway.proxy.client_connection import ClientConnection, Inspection
+from gateway.proxy.client_connection import ClientConnection
 from gateway.proxy.decision.caches import DecisionCaches, ForwardTarget
 from gateway.proxy.decision.records import DecisionRecords
 from gateway.proxy.forward.dispatch import ForwardDispatcher
 from gateway.proxy.forward.exchange import ForwardExchange
 from gateway.proxy.server import ProxyServer
+from gateway.proxy.tunnel.attempt import Inspection
 from gateway.transparent.destination import pin_destination
-from gateway.transparent.listener import KIND, HttpHandOver
+from gateway.transparent.listener import HttpHandOver
+from gateway.transparent.tunnel_surface import KIND
 from gateway.transparent.verdicts import format_original, principal_for_port
 from gateway.vet.addresses import IPAddress
 
@@ -93,17 +95,17 @@ class PortRequests:
 
 class PortListener:
     """`ListenerState` of one transparent port for the proxy's `ClientConnection`: the forward
-    proxy's tunnel bookkeeping, upstream pool and inspection (so limits and pooled connections are
-    the gateway's, not per port), its own records (kind `transparent`) and dispatcher (the port's
-    `PortRequests`); it never listens itself and serves no CONNECT."""
+    proxy's upstream pool and inspection (so pooled connections are the gateway's, not per port),
+    its own records (kind `transparent`) and dispatcher (the port's `PortRequests`); it never
+    listens itself and serves no CONNECT."""
 
     connect_refusal = "CONNECT is not accepted on a transparent connection"
+    connect_surface = None
 
     def __init__(self, proxy: ProxyServer, uid: int | None) -> None:
         self.proxy = proxy
         self.core = proxy.core
         self.wheel = proxy.wheel
-        self.tunnels = proxy.tunnels
         # The forward proxy's: the same agents send the same heads on either path.
         self.head_memos = proxy.head_memos
         self.records = DecisionRecords(proxy.audit, kind=KIND)

@@ -1,14 +1,16 @@
 """The transparent TCP listener: connections the pod's rules redirected, decided like CONNECT.
 
-Owns a redirected connection from accept to hand-over: the original destination
-(`SO_ORIGINAL_DST`), the principal of the listener port (one port per agent uid), the first
-flight held and classified (TLS ClientHello SNI, plain HTTP, or anything else), then the same
-decision as a CONNECT through `EgressCore.pin` on the *name* (the agent's own DNS answer and
-chosen address are never trusted), the destination rule (follow-name | strict), the raw TCP
-allow-list, the pinned dial, and the hand-over to the proxy's `Tunnel` (kind `transparent`) or,
-for plain HTTP, to the proxy's own request handling (`transparent.http`).
+Owns a redirected connection from accept until something else owns it: the original destination
+(`SO_ORIGINAL_DST`), the principal of the listener port (one port per agent uid), both in the
+connection's `ClientContext`, the raw TCP allow-list (decided on the original address alone),
+and the first flight held and classified (TLS ClientHello SNI, plain HTTP, or anything else).
+A TLS connection (or a raw TCP exception) is then a `TunnelAttempt`, exactly as a CONNECT is,
+through this listener's `tunnel_surface.TransparentSurface` (the decision on the *name*: the
+agent's own DNS answer and chosen address are never trusted; the destination rule); plain HTTP
+goes to the proxy's own request handling (`transparent.http`).
 
-Never parses TLS or HTTP itself (`proxy/tls/sni.py`, the proxy do), never dials anything but a PinnedTarget.
+Never parses TLS or HTTP itself (`proxy/tls/sni.py`, the proxy do), never decides or dials a
+tunnel itself (the attempt does).
 """
 
 from __future__ import annotations
@@ -18,39 +20,32 @@ import functools
 import ipaddress
 import os
 import socket
-import time
 from collections.abc import Mapping
 from typing import Any, cast
 
-from gateway.egress.connect import open_pinned_connection
 from gateway.egress.target import EgressCore, PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
-from gateway.memo import BoundedMemo
-from gateway.observe import metrics
 from gateway.observe.audit import AuditLog
 from gateway.observe.audit_fields import client_fields, new_connection_id
-from gateway.policy.inspect_decide import inspects_host
 from gateway.policy.model import LoadedPolicy, Principal
-from gateway.proxy.client_connection import Inspection
 from gateway.proxy.deadlines.wheel import LazyDeadline
+from gateway.proxy.decision.context import ClientContext
 from gateway.proxy.tls.sni import MAX_PEEK_BYTES
+from gateway.proxy.tunnel.attempt import Inspection, TunnelAttempt
 from gateway.proxy.tunnel.opener import TunnelOpener
-from gateway.proxy.tunnel.splice import DialedUpstream, Tunnel
+from gateway.proxy.tunnel.splice import Tunnel
 from gateway.settings import ListenAddress
 from gateway.tasks import spawn
-from gateway.transparent.destination import pin_destination, raw_rules_for_port
+from gateway.transparent.destination import raw_rules_for_port
 from gateway.transparent.identify import FlightKind, classify_first_flight, describe_seen
 from gateway.transparent.original_dst import original_destination
 from gateway.transparent.ports import assign_ports
+from gateway.transparent.tunnel_surface import KIND, ServerName, TransparentSurface
 from gateway.transparent.verdicts import format_original, principal_for_port, still_allowed
 from gateway.vet.addresses import IPAddress
-from gateway.vet.urls import VettedHost, vet_host
+from gateway.vet.urls import VettedHost
 
-KIND = "transparent"
 LISTEN_BACKLOG = 4096
-MAX_CACHED_HOSTS = 4096
-
-_CONNECT_LATENCY = metrics.CONNECT_SECONDS.labels(KIND)
 
 
 class TransparentListener:
@@ -67,9 +62,10 @@ class TransparentListener:
         # for `revalidate` (closed ones are pruned as they are met).
         self.open: dict[Tunnel, tuple[int | None, bool]] = {}
         self._servers: list[asyncio.AbstractServer] = []
-        self._hosts: BoundedMemo[str, VettedHost] = BoundedMemo(MAX_CACHED_HOSTS)
         # TLS interception for the hosts an `inspect` entry names (issue 25), shared with the proxy.
         self.inspection: Inspection | None = None
+        # What this listener's tunnel attempts do differently from a CONNECT's.
+        self.surface = TransparentSurface(self, tunnels)
 
     async def start(self, addresses: tuple[ListenAddress, ...], uids: list[int]) -> None:
         loop = self.loop = asyncio.get_running_loop()
@@ -91,12 +87,6 @@ class TransparentListener:
             conn.abort("shutdown")
         if self.http is not None:
             self.http.close()
-
-    def vetted_host(self, name: str) -> VettedHost:
-        """`vet_host` behind a bounded cache: IDNA canonicalisation per connection costs more than
-        the rest of a cached decision, and agents reach the same few names again and again."""
-        host = self._hosts.get(name)
-        return host if host is not None else self._hosts.put(name, vet_host(name))
 
     def revalidate(self, loaded: LoadedPolicy) -> None:
         """After a reload: close every open tunnel the new policy would not allow now."""
@@ -144,18 +134,6 @@ class TransparentListener:
             **extra,
         )
 
-    def record_allow(
-        self,
-        principal: Principal,
-        target: PinnedTarget,
-        original: tuple[IPAddress, int],
-        client: Mapping[str, Any] | None = None,
-    ) -> None:
-        """The proxy's allow record, with the destination the agent dialed."""
-        self.tunnels.records.record_allow(
-            KIND, principal, target, client=client, original_dst=format_original(original)
-        )
-
 
 class HttpHandOver:
     """Implemented by `transparent.http`: takes over a connection whose first flight is HTTP."""
@@ -179,8 +157,12 @@ class TransparentConnection(asyncio.Protocol):
         self.original: tuple[IPAddress, int] | None = None
         self.loaded = listener.core.loaded
         self.principal: Principal | None = None
+        # Made once the original destination and the principal are known (`connection_made`).
+        self.context: ClientContext | None = None
         self.held = bytearray()
         self.tunnel: Tunnel | None = None
+        # A TLS connection (or raw TCP exception) on its way to a tunnel, which it owns until then.
+        self.attempt: TunnelAttempt[ServerName] | None = None
         self.deciding = False
         self.raw = False
         self.closed = False
@@ -206,6 +188,14 @@ class TransparentConnection(asyncio.Protocol):
         except GatewayError as error:
             self._deny(error)
             return
+        self.context = ClientContext(
+            self.transport,
+            self.audit_fields,
+            original=self.original,
+            original_dst=format_original(self.original),
+            principal=self.principal,
+            loaded=self.loaded,
+        )
         self.deadline.set(self.loaded.policy.proxy.head_timeout_s)
         if raw_rules_for_port(self.loaded.policy.transparent, self.original[1]):
             # A raw TCP exception: decided on the address alone, before the client says anything
@@ -236,7 +226,8 @@ class TransparentConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.listener.connections.discard(self)
-        self.deadline.cancel()
+        if self.attempt is None:
+            self.deadline.cancel()  # while an attempt runs, the entry still bounds its dial
         if self.tunnel is not None:
             self.tunnel.client_lost(exc)
 
@@ -264,8 +255,7 @@ class TransparentConnection(asyncio.Protocol):
         if flight.kind == FlightKind.HTTP:
             self._hand_over_http()
             return
-        self.deciding = True
-        spawn(self._decide_tls(flight.server_name), name="transparent-tls", loop=self.listener.loop)
+        self._start_attempt(flight.server_name)
 
     def _hand_over_http(self) -> None:
         http = self.listener.http
@@ -278,77 +268,6 @@ class TransparentConnection(asyncio.Protocol):
         self.deadline.cancel()
         held, self.held = bytes(self.held), bytearray()
         http.take_over(self.transport, self.uid, self.original, held)
-
-    def _literal_host(self) -> VettedHost:
-        assert self.original is not None
-        address = self.original[0]
-        return VettedHost(str(address), address)
-
-    async def _decide_tls(self, server_name: str | None) -> None:
-        assert self.original is not None
-        assert self.principal is not None
-        loaded = self.loaded
-        host_name = server_name
-        try:
-            if server_name is None:
-                if loaded.policy.defaults.literal_ips != "allow":
-                    raise GatewayError(
-                        ErrorCode.POLICY_DENIED,
-                        "the TLS ClientHello names no server (SNI) and literal_ips is deny",
-                        rule="defaults.literal_ips",
-                        rule_pattern="deny",
-                    )
-                host = self._literal_host()
-            else:
-                host = self.listener.vetted_host(server_name)
-            host_name = host.name
-            core = self.listener.core
-            # Without awaiting when the DNS cache answers (the same checks as `pin`).
-            target = core.pin_cached(self.principal, host, self.original[1], loaded) or await core.pin(
-                self.principal, host, self.original[1], loaded=loaded
-            )
-            target = pin_destination(loaded.policy.transparent, target, self.original[0])
-        except GatewayError as error:
-            self._deny(error, host=host_name)
-            return
-        principal = self.principal
-        policy = loaded.policy
-        if (principal.inspect or policy.defaults.inspect or policy.credentials.entries) and inspects_host(
-            loaded.policy, principal, target.name, target.port, tls=True
-        ):
-            self._hand_over_inspected(target)
-            return
-        await self._open(target)
-
-    def _hand_over_inspected(self, target: PinnedTarget) -> None:
-        """A host an `inspect` entry names: TLS is terminated and each request judged, never spliced."""
-        assert self.original is not None
-        assert self.principal is not None
-        inspection = self.listener.inspection
-        if inspection is None:
-            self._deny(
-                GatewayError(
-                    ErrorCode.INSPECTION_UNSUPPORTED,
-                    f"{target.name} is inspected but no interception CA is configured (EGRESS_INSPECT_CA_CERT)",
-                ),
-                host=target.name,
-            )
-            return
-        self.listener.record_allow(self.principal, target, self.original, self.audit_fields)
-        self.closed = True  # the inspected connection owns the transport now
-        self.listener.connections.discard(self)
-        self.deadline.cancel()
-        held, self.held = bytes(self.held), bytearray()
-        if len(held) > MAX_PEEK_BYTES:
-            self.transport.resume_reading()
-        inspection.take_over(
-            self.transport,
-            principal=self.principal.name,
-            host=target.name,
-            port=target.port,
-            early=held,
-            audit_fields=self.audit_fields,
-        )
 
     async def _decide_raw(self) -> None:
         """A raw TCP exception: the original address must be the rule's (or among its name's
@@ -397,71 +316,27 @@ class TransparentConnection(asyncio.Protocol):
                 self._identify(final=self.eof)
             return
         self.raw = True
-        await self._open(matched)
+        self._start_attempt(None, decided=matched)
 
-    # opening ------------------------------------------------------------------------------------
-    async def _open(self, target: PinnedTarget) -> None:
-        assert self.original is not None
-        assert self.principal is not None
-        listener = self.listener
-        settings = self.loaded.policy.proxy
-        principal = self.principal
-        try:
-            listener.tunnels.reserve(principal.name, settings)
-        except GatewayError as error:
-            self._deny(error, host=target.name)
-            return
-        try:
-            started = time.perf_counter()
-            upstream, proto, address = await open_pinned_connection(
-                target, listener.tunnels.upstream_protocol, timeout_s=settings.connect_timeout_s
-            )
-            _CONNECT_LATENCY.observe(time.perf_counter() - started)
-        except GatewayError as error:
-            listener.tunnels.release(principal.name)
-            listener.record_allow(principal, target, self.original, self.audit_fields)
-            listener.audit.never_opened(
-                kind=KIND,
-                principal=principal.name,
-                host=target.name,
-                port=target.port,
-                reason=str(error.code),
-                target=target,
-                **self.audit_fields,
-            )
-            self._close()
-            return
-        except BaseException:
-            listener.tunnels.release(principal.name)
-            raise
-        listener.record_allow(principal, target, self.original, self.audit_fields)
-        if self.closed:
-            upstream.close()
-            listener.tunnels.release(principal.name)
-            listener.audit.never_opened(
-                kind=KIND,
-                principal=principal.name,
-                host=target.name,
-                port=target.port,
-                reason="client_closed",
-                target=target,
-                **self.audit_fields,
-            )
-            return
-        tunnel = self.tunnel = Tunnel(
-            listener.tunnels,
-            listener.audit,
-            self.transport,
-            DialedUpstream(upstream, proto, address, target),
-            principal=principal,
-            settings=settings,
-            deadline=self.deadline,
-            kind=KIND,
-            sni="off",  # the name *is* the SNI (or the raw rule): nothing left to compare
-            audit_fields=self.audit_fields,
-        )
-        listener.tunnels.tunnels.add(tunnel)
-        listener.open[tunnel] = (self.uid, self.raw)
+    # the tunnel attempt ---------------------------------------------------------------------
+    def _start_attempt(self, server_name: ServerName, *, decided: PinnedTarget | None = None) -> None:
+        context = self.context
+        assert context is not None  # the connection was redirected and has its principal
+        self.deciding = True
+        attempt = self.attempt = TunnelAttempt(self.listener.surface, context, self, self.deadline, server_name)
+        if decided is None:
+            attempt.start()
+        else:
+            attempt.start_decided(decided)
+
+    # TunnelClient (proxy/tunnel/attempt.py): the attempt gives the transport away, or ends.
+    def gone_reason(self) -> str | None:
+        return "client_closed" if self.closed else None
+
+    def splice(self, tunnel: Tunnel) -> None:
+        self.attempt = None
+        self.tunnel = tunnel
+        self.listener.open[tunnel] = (self.uid, self.raw)
         held, self.held = bytes(self.held), bytearray()
         tunnel.start(held)
         if tunnel.closed:
@@ -470,6 +345,22 @@ class TransparentConnection(asyncio.Protocol):
             self.transport.resume_reading()
         if self.eof:
             tunnel.client_eof()
+
+    def detach(self) -> bytes:
+        self.attempt = None
+        self.closed = True  # the inspected connection owns the transport now
+        self.listener.connections.discard(self)
+        self.deadline.cancel()
+        held, self.held = bytes(self.held), bytearray()
+        if len(held) > MAX_PEEK_BYTES:
+            self.transport.resume_reading()
+        return held
+
+    def attempt_ended(self, answer: bytes) -> None:
+        self.attempt = None
+        if answer and not self.closed:
+            self.transport.write(answer)
+        self._close()
 
     # closing ----------------------------------------------------------------------------------
     def _deny(self, error: GatewayError, *, host: str | None = None, **extra: str) -> None:
@@ -502,6 +393,9 @@ class TransparentConnection(asyncio.Protocol):
     def _timeout(self) -> None:
         if self.tunnel is not None:
             self.tunnel.deadline_check()
+            return
+        if self.attempt is not None:
+            self.attempt.deadline_passed()  # it bounds the attempt's dial
             return
         if not self.deciding and not self.closed:
             self._deny(

@@ -22,13 +22,14 @@ from gateway.egress.connect import TlsTrust
 from gateway.errors import ErrorCode, GatewayError
 from gateway.memo import BoundedMemo
 from gateway.observe import metrics
-from gateway.proxy.client_connection import ClientConnection, Inspection
+from gateway.proxy.client_connection import ClientConnection
 from gateway.proxy.forward.dispatch import ForwardDispatcher
 from gateway.proxy.forward.pool import UpstreamPool
 from gateway.proxy.forward.upstream import UpstreamConnection
 from gateway.proxy.inspected.relay import UpgradeRelay
 from gateway.proxy.inspected.requests import KIND, InspectedRequests, InspectRecords
 from gateway.proxy.server import ProxyServer
+from gateway.proxy.tunnel.attempt import Inspection
 
 log = logging.getLogger("egress_gateway.inspect")
 
@@ -41,6 +42,7 @@ class InspectListener:
     records, a pool of TLS upstreams of its own and the upgrade relays open."""
 
     connect_refusal = "CONNECT is not accepted inside an inspected connection"
+    connect_surface = None
     # Inspected connections are not themselves inspected again.
     inspection: Inspection | None = None
 

@@ -1,6 +1,6 @@
 """The listeners' way into inspection: hand-over, drain and shutdown of inspected connections.
 
-Owns `InspectService`, the `client_connection.Inspection` the forward proxy (a decided CONNECT)
+Owns `InspectService`, the `tunnel/attempt.Inspection` the forward proxy (a decided CONNECT)
 and the transparent listener (a decided TLS connection) hand a connection to
 (`InspectService.take_over`): its socket becomes a `bridge.TlsBridge` over the state every
 inspected connection shares (`listener.InspectListener`); on SIGTERM it closes idle inspected

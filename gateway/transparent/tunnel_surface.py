@@ -1,0 +1,107 @@
+"""The transparent listener's `TunnelSurface`: what makes a tunnel attempt a redirected connection's.
+
+Owns what a transparent connection's attempt does differently from a CONNECT's: the principal is
+the listener port's (found as the connection was accepted, in its `ClientContext`), the name is
+the ClientHello's SNI (vetted behind a bounded cache), or the original address itself when the
+ClientHello names none and `defaults.literal_ips` allows it, the port is the one the agent dialed,
+`destination: strict` narrows the decision to the original address (`destination.pin_destination`),
+the tunnel is reserved only once a splice is chosen (an inspected connection is limited per
+request), the SNI gate is off (the name *is* the SNI: nothing is left to compare), and the client
+is told nothing (it reads the server's bytes, or the close). Decision lines carry `original_dst`
+(the context's).
+
+Never dials, never writes to the client or the audit log itself (the attempt does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from gateway.egress.target import PinnedTarget
+from gateway.errors import ErrorCode, GatewayError
+from gateway.memo import BoundedMemo
+from gateway.observe import metrics
+from gateway.policy.model import SniMode
+from gateway.proxy.tunnel.attempt import Inspection, TunnelAttempt
+from gateway.proxy.tunnel.opener import TunnelOpener
+from gateway.transparent.destination import pin_destination
+from gateway.vet.urls import VettedHost, vet_host
+
+KIND = "transparent"
+MAX_CACHED_HOSTS = 4096
+
+# The ask of a transparent attempt: the ClientHello's server name, None when it names none.
+ServerName = str | None
+
+
+class TransparentSide(Protocol):
+    """What the surface reads from its listener (`listener.TransparentListener`) when needed."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None: ...
+    @property
+    def inspection(self) -> Inspection | None: ...
+
+
+class TransparentSurface:
+    """`TunnelSurface` of the transparent listener's TLS connections, one per listener."""
+
+    __slots__ = ("_hosts", "latency", "listener", "opener")
+
+    kind: str = KIND
+    reserve_first: bool = False
+    sni: SniMode | None = "off"  # the name is the SNI (or a raw rule's): nothing left to compare
+
+    def __init__(self, listener: TransparentSide, opener: TunnelOpener) -> None:
+        self.listener = listener
+        self.opener = opener
+        self.latency = metrics.CONNECT_SECONDS.labels(KIND)
+        self._hosts: BoundedMemo[str, VettedHost] = BoundedMemo(MAX_CACHED_HOSTS)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self.listener.loop
+
+    @property
+    def inspection(self) -> Inspection | None:
+        return self.listener.inspection
+
+    def vetted_host(self, name: str) -> VettedHost:
+        """`vet_host` behind a bounded cache: IDNA canonicalisation per connection costs more than
+        the rest of a cached decision, and agents reach the same few names again and again."""
+        host = self._hosts.get(name)
+        return host if host is not None else self._hosts.put(name, vet_host(name))
+
+    def identify(self, attempt: TunnelAttempt[ServerName]) -> None:
+        """The port's principal is the context's already; the name is the SNI's, or the literal."""
+        original = attempt.context.original
+        assert original is not None  # every connection of this listener was redirected
+        address, attempt.port = original
+        server_name = attempt.host_name = attempt.ask
+        if server_name is None:
+            if attempt.loaded.policy.defaults.literal_ips != "allow":
+                raise GatewayError(
+                    ErrorCode.POLICY_DENIED,
+                    "the TLS ClientHello names no server (SNI) and literal_ips is deny",
+                    rule="defaults.literal_ips",
+                    rule_pattern="deny",
+                )
+            host = VettedHost(str(address), address)
+        else:
+            host = self.vetted_host(server_name)
+        attempt.host, attempt.host_name = host, host.name
+
+    def claimed_principal(self, attempt: TunnelAttempt[ServerName]) -> str | None:
+        return None  # the port names the principal: there is always one
+
+    def destination(self, attempt: TunnelAttempt[ServerName], target: PinnedTarget) -> PinnedTarget:
+        original = attempt.context.original
+        assert original is not None
+        return pin_destination(attempt.loaded.policy.transparent, target, original[0])
+
+    def established(self, conn: object) -> bytes:
+        return b""  # the client already thinks it is connected
+
+    def refusal(self, error: GatewayError, conn: object) -> bytes:
+        return b""  # a refusal is the close (the deny line says why)
