@@ -165,6 +165,10 @@ class GatewayProcess:
             self.env[key] = f"{host}:{port}"
             ports.append(port)
         self.proxy_port, self.api_port, self.admin_port = ports
+        # A DNS listener a test put on one loopback port (its probe can lose the same race).
+        dns = self.env.get("EGRESS_DNS_LISTEN", "")
+        if dns.startswith("127.0.0.1:") and "," not in dns:
+            self.env["EGRESS_DNS_LISTEN"] = f"127.0.0.1:{free_port()}"
 
     def readyz(self, path: str = "/readyz") -> tuple[int, dict[str, Any]]:
         try:
@@ -181,7 +185,9 @@ class GatewayProcess:
                 raise RuntimeError(f"gateway exited with {self.process.returncode}: {self.stderr()}")
             try:
                 status, _ = self.readyz()
-                if status == 200:
+                # Still ours: a process that lost a port race exits, and another gateway may
+                # have taken the admin port it probed meanwhile.
+                if status == 200 and self.process.poll() is None:
                     return
             except (OSError, ValueError):
                 pass

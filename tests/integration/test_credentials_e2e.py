@@ -190,8 +190,9 @@ def _started(tmp_path: Path, origins: OriginFactory, fake_dns: FakeDNS, pki: Any
         # test's (same host, port, code, method), which the 10 s aggregation would only count.
         env={"EGRESS_DNS_LISTEN": f"127.0.0.1:{dns_port}", "EGRESS_AUDIT_AGGREGATE_S": "0"},
     )
-    gateway.dns_port = dns_port  # type: ignore[attr-defined]
     gateway.start()
+    # Read back: a start that lost a port race picks fresh ports.
+    gateway.dns_port = int(gateway.env["EGRESS_DNS_LISTEN"].rsplit(":", 1)[1])  # type: ignore[attr-defined]
     printed = subprocess.run(
         [sys.executable, "-m", "gateway", "credentials", "placeholders", "--format", "json"],
         env=gateway.env,
