@@ -36,7 +36,7 @@ from gateway.proxy.deadlines.limits import AfterFin, ClientDeadline, ClientExpir
 from gateway.proxy.deadlines.wheel import DeadlineWheel, LazyDeadline
 from gateway.proxy.decision.context import ClientContext
 from gateway.proxy.decision.live_permission import REVOKED_REASON, revocation
-from gateway.proxy.decision.records import DecisionRecords
+from gateway.proxy.decision.records import ExchangeRecords
 from gateway.proxy.forward.dispatch import ForwardDispatcher
 from gateway.proxy.forward.exchange import NOT_PAUSED, ForwardExchange, ParsedRequest, PauseReason
 from gateway.proxy.http1.head_memos import HeadMemos
@@ -83,7 +83,7 @@ class ListenerState(Protocol):
     @property
     def wheel(self) -> DeadlineWheel: ...
     @property
-    def records(self) -> DecisionRecords: ...
+    def records(self) -> ExchangeRecords: ...
     @property
     def connections(self) -> set[ClientConnection]: ...
     @property
@@ -285,7 +285,7 @@ class ClientConnection(asyncio.Protocol):
         if self._attempt is None:
             self._deadline.release()  # while an attempt runs, the entry still bounds its dial
         for exchange in [self._exchange, *self._queued]:
-            upstream = exchange.transfer.upstream if exchange is not None else None
+            upstream = exchange.upstream if exchange is not None else None
             if exchange is not None and upstream is not None:
                 upstream.exchange = None
                 upstream.close()
@@ -296,15 +296,15 @@ class ClientConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         if self._tunnel is not None:
             self._tunnel.upstream.pause_reading()
-        elif self._exchange is not None and self._exchange.transfer.upstream is not None:
-            self._exchange.transfer.upstream.pause_reading()
+        elif self._exchange is not None and self._exchange.upstream is not None:
+            self._exchange.upstream.pause_reading()
 
     def resume_writing(self) -> None:
         if self._tunnel is not None:
             if not self._tunnel.closed:
                 self._tunnel.upstream.resume_reading()
-        elif self._exchange is not None and self._exchange.transfer.upstream is not None:
-            self._exchange.transfer.upstream.resume_reading()
+        elif self._exchange is not None and self._exchange.upstream is not None:
+            self._exchange.upstream.resume_reading()
 
     # request events ---------------------------------------------------------------------------
     def _request_head(self, request: ParsedRequest) -> None:
@@ -350,9 +350,7 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         # The finished request's own keep-alive, not the connection's.
-        if not self._limits.keep_alive(
-            exchange.request.keep_alive, keep_alive, exchange.transfer.body_done, server.draining
-        ):
+        if not self._limits.keep_alive(exchange.request.keep_alive, keep_alive, exchange.body_done, server.draining):
             self._close()
             return
         self._next_exchange()
@@ -364,7 +362,7 @@ class ClientConnection(asyncio.Protocol):
         self.server.activity_ended()
         if self._closed:
             return
-        upstream = exchange.transfer.upstream
+        upstream = exchange.upstream
         head_sent = upstream is not None and upstream.head_sent
         if not head_sent:
             error = GatewayError(ErrorCode(code), message)
@@ -387,9 +385,7 @@ class ClientConnection(asyncio.Protocol):
         self._exchange = None
         if self._closed:
             return
-        keep = self._limits.keep_alive(
-            exchange.request.keep_alive, True, exchange.transfer.body_done, self.server.draining
-        )
+        keep = self._limits.keep_alive(exchange.request.keep_alive, True, exchange.body_done, self.server.draining)
         conn = self.audit_fields.get("conn")
         self.transport.write(error_response(error, keep_alive=keep, conn=conn, default_port=self._refusal_port))
         if keep:
@@ -487,7 +483,7 @@ class ClientConnection(asyncio.Protocol):
         self._framing = None
         if self._closed:
             return
-        if self._exchange is not None and self._exchange.transfer.upstream is not None:
+        if self._exchange is not None and self._exchange.upstream is not None:
             # Mid-body: the request already went upstream; nothing consistent can be sent back.
             self.abort("malformed_request")
             return
@@ -513,7 +509,7 @@ class ClientConnection(asyncio.Protocol):
         target, principal = exchange.decision.target, exchange.decision.principal
         if target is None or principal is None:
             return
-        upstream = exchange.transfer.upstream
+        upstream = exchange.upstream
         address = upstream.key[1] if upstream is not None else target.address_texts[0]
         loaded = self.server.core.policy.current
         if revocation(self.server.core, loaded, principal, target, address) is None:

@@ -7,6 +7,7 @@ a file the test can read. `start()` waits for /readyz.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -15,9 +16,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import yaml
@@ -99,6 +100,7 @@ class GatewayProcess:
         self.proxy_port, self.api_port, self.admin_port = (int(self.env[key].rsplit(":", 1)[1]) for key in LISTEN_KEYS)
         self.process: subprocess.Popen[bytes] | None = None
         self.stderr_path = workdir / "stderr.log"
+        self.audit_floor = 0  # where the current test's audit lines begin (`begin_share`)
 
     def write_policy(self, policy: Mapping[str, Any]) -> None:
         tmp = self.policy_path.with_suffix(".tmp")
@@ -189,22 +191,47 @@ class GatewayProcess:
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
 
-    def audit_lines(self) -> list[dict[str, Any]]:
+    def audit_mark(self) -> int:
+        """How many whole lines the audit log holds now: `audit_lines(since=mark)` is what came after."""
+        return self.audit_path.read_bytes().count(b"\n") if self.audit_path.exists() else 0
+
+    def begin_share(self) -> None:
+        """A test begins on a gateway its module shares: from now on `audit_lines` and `wait_audit`
+        read only the lines written after this point (`shared_for_a_test`)."""
+        self.audit_floor = self.audit_mark()
+
+    def audit_lines(self, since: int | None = None) -> list[dict[str, Any]]:
+        """The audit lines from line `since` on (by default from the current test's share on)."""
         if not self.audit_path.exists():
             return []
-        return [orjson.loads(line) for line in self.audit_path.read_bytes().splitlines() if line.strip()]
+        lines = self.audit_path.read_bytes().splitlines()[self.audit_floor if since is None else since :]
+        return [orjson.loads(line) for line in lines if line.strip()]
 
     def wait_audit(
-        self, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 5.0
+        self, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 5.0, since: int | None = None
     ) -> list[dict[str, Any]]:
-        """Audit lines once `predicate` holds: a proxy close line is written when the proxy
-        sees the close, which can be just after the client has its answer."""
+        """Audit lines (as `audit_lines(since)`) once `predicate` holds: a proxy close line is
+        written when the proxy sees the close, which can be just after the client has its answer."""
         deadline = time.monotonic() + timeout_s
-        lines = self.audit_lines()
+        lines = self.audit_lines(since)
         while not predicate(lines) and time.monotonic() < deadline:
             time.sleep(0.02)
-            lines = self.audit_lines()
+            lines = self.audit_lines(since)
         return lines
+
+    def wait_audit_quiet(self, quiet_s: float = 0.2, timeout_s: float = 3.0) -> None:
+        """Until the audit log has not grown for `quiet_s` (at most `timeout_s`): on a gateway a
+        module shares, the lines one test caused after its client had its answer (close lines,
+        a refusal's security line) land before the next test marks where its own begin."""
+        deadline = time.monotonic() + timeout_s
+        size, unchanged_since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            now = self.audit_path.stat().st_size if self.audit_path.exists() else 0
+            if now != size:
+                size, unchanged_since = now, time.monotonic()
+            elif time.monotonic() - unchanged_since >= quiet_s:
+                return
+            time.sleep(0.02)
 
     def signal(self, signum: int) -> None:
         assert self.process is not None
@@ -220,3 +247,18 @@ class GatewayProcess:
             self.process.kill()
             self.process.wait(5)
             raise
+
+
+G = TypeVar("G", bound=GatewayProcess)
+
+
+@contextlib.contextmanager
+def shared_for_a_test(gateway: G) -> Iterator[G]:
+    """One test's turn on a gateway its module shares (a function-scoped fixture's body): the
+    test reads only the audit lines written after it began, and the lines it caused but did not
+    wait for land before the next test begins."""
+    gateway.begin_share()
+    try:
+        yield gateway
+    finally:
+        gateway.wait_audit_quiet()

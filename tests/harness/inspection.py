@@ -80,22 +80,17 @@ class InspectingGateway(GatewayProcess):
 InspectingGatewayFactory = Callable[..., InspectingGateway]
 
 
-@pytest.fixture
-def inspecting_gateway(
-    tmp_path: Path, fake_dns: FakeDNS, pki: TestPKI, interception_ca: InterceptionCA
-) -> Iterator[Any]:
+def _inspecting_gateways(
+    workdir: Path, fake_dns: FakeDNS, pki: TestPKI, ca: InterceptionCA
+) -> Iterator[InspectingGatewayFactory]:
     started: list[InspectingGateway] = []
 
     def start(policy: Mapping[str, Any], env: Mapping[str, str] | None = None) -> InspectingGateway:
-        workdir = tmp_path / f"gateway{len(started)}"
-        workdir.mkdir()
-        settings = {
-            "EGRESS_INSPECT_CA_CERT": str(interception_ca.cert),
-            "EGRESS_INSPECT_CA_KEY": str(interception_ca.key),
-            **(env or {}),
-        }
+        directory = workdir / f"gateway{len(started)}"
+        directory.mkdir()
+        settings = {"EGRESS_INSPECT_CA_CERT": str(ca.cert), "EGRESS_INSPECT_CA_KEY": str(ca.key), **(env or {})}
         process = InspectingGateway(
-            workdir, policy, nameserver=fake_dns.nameserver, ca_bundle=pki.ca_path, env=settings
+            directory, policy, nameserver=fake_dns.nameserver, ca_bundle=pki.ca_path, env=settings
         )
         started.append(process)
         process.start()
@@ -104,6 +99,22 @@ def inspecting_gateway(
     yield start
     for process in started:
         process.stop()
+
+
+@pytest.fixture
+def inspecting_gateway(
+    tmp_path: Path, fake_dns: FakeDNS, pki: TestPKI, interception_ca: InterceptionCA
+) -> Iterator[InspectingGatewayFactory]:
+    """`start(policy, env)`: a gateway with the interception CA, stopped after the test."""
+    yield from _inspecting_gateways(tmp_path, fake_dns, pki, interception_ca)
+
+
+@pytest.fixture(scope="module")
+def module_inspecting_gateway(
+    tmp_path_factory: pytest.TempPathFactory, fake_dns: FakeDNS, pki: TestPKI, interception_ca: InterceptionCA
+) -> Iterator[InspectingGatewayFactory]:
+    """`inspecting_gateway` for a gateway a whole module shares, stopped after its last test."""
+    yield from _inspecting_gateways(tmp_path_factory.mktemp("inspecting"), fake_dns, pki, interception_ca)
 
 
 API = "api.example.org"

@@ -7,10 +7,15 @@ URL, the `web_search` query, a DNS name), is refused with `credential_misuse` an
 audit line, and a raw TCP canary behind that host counts zero bytes. Each scanner tier on each
 surface, in `deny` and `report`. Rotation by swapping the credential file. Nothing the gateway
 writes (audit, stderr, answers) ever holds the real value.
+
+The module's tests share one gateway, canary and echo origin (`setup`): each test reads only the
+audit lines and echoed requests that came after it began, and the canary must stay untouched for
+the whole module. The rotation test rewrites the credential file and takes a gateway of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -29,7 +34,7 @@ from aiohttp import web
 from dnslib import DNSRecord
 
 from tests.harness.dns import FakeDNS
-from tests.harness.gateway import GatewayProcess, free_port, policy_document
+from tests.harness.gateway import GatewayProcess, free_port, policy_document, shared_for_a_test
 from tests.harness.origins import Origin, OriginFactory
 
 REAL_VALUE = "corp-token-" + "R3alT0ken" * 3  # the secret the gateway holds (no known format)
@@ -37,6 +42,7 @@ ROTATED_VALUE = "corp-token-" + "R0tated00" * 3
 TIER2_TOKEN = "AKIAIOSFODNN7EXAMPLE"
 TIER3_TOKEN = "glpat-" + "x" * 20
 CANARY_NAME = "paste.example.org"
+ECHO_NAME = "echo.example.org"
 BOUND_HOST = "api.github.example"
 CANARY_WAIT_S = 0.3
 
@@ -95,18 +101,39 @@ def _echo_app(seen: list[dict[str, Any]]) -> web.Application:
 
 
 class Setup:
-    def __init__(self, gateway: GatewayProcess, placeholder: str, canary: ByteCanary, echo: Origin, token_file: Path):
+    def __init__(
+        self,
+        gateway: GatewayProcess,
+        placeholder: str,
+        canary: ByteCanary,
+        echo: Origin,
+        seen: list[dict[str, Any]],
+        token_file: Path,
+        canary_name: str,
+    ):
         self.gateway = gateway
         self.placeholder = placeholder
         self.canary = canary
         self.echo = echo
+        self._seen = seen
         self.token_file = token_file
+        self.canary_name = canary_name
+        self.begin()
+
+    def begin(self) -> Setup:
+        """From here on, echoed requests count as this test's (and audit lines: the fixture)."""
+        self.seen_mark = len(self._seen)
+        return self
 
     def canary_url(self, path: str = "/") -> str:
-        return f"http://{CANARY_NAME}:{self.canary.port}{path}"
+        return f"http://{self.canary_name}:{self.canary.port}{path}"
 
     def security_lines(self) -> list[dict[str, Any]]:
         return [line for line in self.gateway.audit_lines() if line["event"] == "security"]
+
+    def seen(self) -> list[dict[str, Any]]:
+        """What the echo origin received during this test."""
+        return self._seen[self.seen_mark :]
 
     def assert_canary_untouched(self) -> None:
         time.sleep(CANARY_WAIT_S)
@@ -119,13 +146,15 @@ class Setup:
         assert self.placeholder not in captured
 
 
-@pytest.fixture
-def setup(tmp_path: Path, origins: OriginFactory, fake_dns: FakeDNS, pki: Any) -> Iterator[Setup]:
+@contextlib.contextmanager
+def _started(tmp_path: Path, origins: OriginFactory, fake_dns: FakeDNS, pki: Any, prefix: str = "") -> Iterator[Setup]:
+    """The canary, the echo origin and a gateway holding the credential, in `tmp_path`; the
+    canary's and echo's names start with `prefix`, so a second setup leaves the first's routed."""
+    canary_name = prefix + CANARY_NAME
     canary = ByteCanary(origins.next_ip())
-    fake_dns.add(CANARY_NAME, canary.ip)
+    fake_dns.add(canary_name, canary.ip)
     seen: list[dict[str, Any]] = []
-    echo = origins.start(_echo_app(seen), names=("echo.example.org",), tls=False)
-    echo.seen = seen  # type: ignore[attr-defined]
+    echo = origins.start(_echo_app(seen), names=(prefix + ECHO_NAME,), tls=False)
     secrets_dir = tmp_path / "secrets"
     secrets_dir.mkdir()
     key_file = secrets_dir / "placeholder-key"
@@ -157,7 +186,9 @@ def setup(tmp_path: Path, origins: OriginFactory, fake_dns: FakeDNS, pki: Any) -
         policy,
         nameserver=fake_dns.nameserver,
         ca_bundle=pki.ca_path,
-        env={"EGRESS_DNS_LISTEN": f"127.0.0.1:{dns_port}"},
+        # Every denial written: on the shared gateway a test's refusal may repeat an earlier
+        # test's (same host, port, code, method), which the 10 s aggregation would only count.
+        env={"EGRESS_DNS_LISTEN": f"127.0.0.1:{dns_port}", "EGRESS_AUDIT_AGGREGATE_S": "0"},
     )
     gateway.dns_port = dns_port  # type: ignore[attr-defined]
     gateway.start()
@@ -172,10 +203,32 @@ def setup(tmp_path: Path, origins: OriginFactory, fake_dns: FakeDNS, pki: Any) -
     )
     placeholder = json.loads(printed.stdout)["github"]["placeholder"]
     try:
-        yield Setup(gateway, placeholder, canary, echo, token_file)
+        yield Setup(gateway, placeholder, canary, echo, seen, token_file, canary_name)
     finally:
         gateway.stop()
         canary.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_setup(
+    tmp_path_factory: pytest.TempPathFactory, module_origins: OriginFactory, fake_dns: FakeDNS, pki: Any
+) -> Iterator[Setup]:
+    with _started(tmp_path_factory.mktemp("credentials"), module_origins, fake_dns, pki) as started:
+        yield started
+
+
+@pytest.fixture
+def setup(shared_setup: Setup) -> Iterator[Setup]:
+    """The module's gateway, with this test's audit lines and echoed requests counted from now."""
+    with shared_for_a_test(shared_setup.gateway):
+        yield shared_setup.begin()
+
+
+@pytest.fixture
+def own_setup(tmp_path: Path, origins: OriginFactory, fake_dns: FakeDNS, pki: Any) -> Iterator[Setup]:
+    """A gateway of the test's own, for a test that changes what the gateway holds."""
+    with _started(tmp_path, origins, fake_dns, pki, prefix="own-") as started:
+        yield started
 
 
 def test_placeholders_are_printed_for_the_agent_and_are_shaped_and_stable(setup: Setup) -> None:
@@ -222,7 +275,10 @@ def test_the_placeholder_to_an_unbound_host_over_plain_http_is_refused_and_nothi
         response = client.post(url, headers=headers, content=content) if content else client.get(url, headers=headers)
     _refused_misuse(response)
     setup.assert_canary_untouched()
-    lines = setup.gateway.wait_audit(lambda ls: any(line["event"] == "security" for line in ls))
+    # The security line and the decision line are written apart: wait for both.
+    lines = setup.gateway.wait_audit(
+        lambda ls: {"security", "decision"} <= {line["event"] for line in ls if line.get("code") == "credential_misuse"}
+    )
     security = [line for line in lines if line["event"] == "security"]
     assert security[0]["action"] == "deny"
     assert security[0]["code"] == "credential_misuse"
@@ -354,7 +410,8 @@ def _send_on(setup: Setup, surface: str, token: str, target: Any) -> int:
         return client.post(url, headers=headers, content=content or b"-").status_code
 
 
-def test_a_held_real_value_is_refused_and_a_rotated_file_takes_effect_without_a_restart(setup: Setup) -> None:
+def test_a_held_real_value_is_refused_and_a_rotated_file_takes_effect_without_a_restart(own_setup: Setup) -> None:
+    setup = own_setup
     with httpx.Client(proxy=setup.gateway.proxy_url, timeout=10) as client:
         before = client.post(setup.echo.url("/a"), content=f'tok "{REAL_VALUE}"'.encode())
         fresh_before = client.post(setup.echo.url("/b"), content=f'tok "{ROTATED_VALUE}"'.encode())
@@ -385,8 +442,7 @@ def test_ordinary_requests_pass_and_leave_no_security_line(setup: Setup) -> None
     assert posted.json()["bytes"] == 300_000
     assert chunked.json()["bytes"] == 140_000
     assert setup.security_lines() == []
-    seen = setup.echo.seen  # type: ignore[attr-defined]
-    assert [entry["path"] for entry in seen] == ["/plain?q=hello", "/upload", "/upload"]
+    assert [entry["path"] for entry in setup.seen()] == ["/plain?q=hello", "/upload", "/upload"]
 
 
 def test_a_body_past_the_window_is_scanned_up_to_it_and_then_sent(setup: Setup) -> None:

@@ -16,6 +16,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from aiohttp import web
 from gateway.inspect.authority import load_authority, mint_leaf
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
+from tests.harness.gateway import shared_for_a_test
 from tests.harness.inspection import (
     API,
     InspectingGateway,
@@ -61,9 +63,31 @@ def _policy(origin: Origin, plain: Origin | None = None, *, reads: str = "read-o
     return inspect_policy(origin, rules, also=[plain] if plain is not None else [])
 
 
+# The module's tests share one origin, and those that only read share one gateway (`gateway`,
+# with its audit lines counted from the test's start); a test that reloads the policy, needs
+# another policy or another origin starts its own with `inspecting_gateway`.
+@pytest.fixture(scope="module")
+def module_api_origin(module_origins: OriginFactory) -> Origin:
+    return module_origins.start(_app(), names=(API,))
+
+
 @pytest.fixture
-def api_origin(origins: OriginFactory) -> Origin:
-    return origins.start(_app(), names=(API,))
+def api_origin(module_api_origin: Origin, fake_dns: FakeDNS) -> Origin:
+    """The module's origin, with its name routed to it again (a test's own origin may have taken it)."""
+    fake_dns.add(API, module_api_origin.ip)
+    return module_api_origin
+
+
+@pytest.fixture(scope="module")
+def module_gateway(module_inspecting_gateway: InspectingGatewayFactory, module_api_origin: Origin) -> InspectingGateway:
+    return module_inspecting_gateway(_policy(module_api_origin))
+
+
+@pytest.fixture
+def gateway(module_gateway: InspectingGateway, api_origin: Origin) -> Iterator[InspectingGateway]:
+    """The module's gateway under the default `_policy`, for a test that only reads."""
+    with shared_for_a_test(module_gateway) as shared:
+        yield shared
 
 
 def _curl(ca: InterceptionCA, gateway: InspectingGateway, *args: str) -> subprocess.CompletedProcess[str]:
@@ -78,9 +102,8 @@ def _curl(ca: InterceptionCA, gateway: InspectingGateway, *args: str) -> subproc
 
 
 def test_curl_allowed_and_refused_per_request_with_audit_lines(
-    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
+    gateway: InspectingGateway, interception_ca: InterceptionCA, api_origin: Origin
 ) -> None:
-    gateway = inspecting_gateway(_policy(api_origin))
     url = f"https://{API}:{api_origin.port}"
     got = _curl(interception_ca, gateway, f"{url}/repos/myorg/tools?page=2")
     assert got.returncode == 0, got.stderr
@@ -113,9 +136,8 @@ def test_curl_allowed_and_refused_per_request_with_audit_lines(
 
 
 def test_httpx_with_strict_verification_through_ssl_cert_file(
-    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
+    gateway: InspectingGateway, interception_ca: InterceptionCA, api_origin: Origin
 ) -> None:
-    gateway = inspecting_gateway(_policy(api_origin))
     script = (
         "import ssl, sys, httpx\n"
         "ctx = ssl.create_default_context()\n"  # SSL_CERT_FILE decides what it trusts
@@ -167,9 +189,8 @@ def test_a_host_not_named_in_inspect_is_spliced_untouched(
     ids=["other-host", "suffix", "two-hosts"],
 )
 def test_fronting_inside_tls_is_host_mismatch_and_audited(
-    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, api_origin: Origin, host_line: str
+    gateway: InspectingGateway, interception_ca: InterceptionCA, api_origin: Origin, host_line: str
 ) -> None:
-    gateway = inspecting_gateway(_policy(api_origin))
     with tls_through(gateway, interception_ca, api_origin) as tls:
         tls.sendall(f"GET /a HTTP/1.1\r\n{host_line}\r\n\r\n".encode())
         answer = read_head(tls)
@@ -180,9 +201,8 @@ def test_fronting_inside_tls_is_host_mismatch_and_audited(
 
 
 def test_absolute_form_naming_another_host_is_host_mismatch(
-    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
+    gateway: InspectingGateway, interception_ca: InterceptionCA, api_origin: Origin
 ) -> None:
-    gateway = inspecting_gateway(_policy(api_origin))
     with tls_through(gateway, interception_ca, api_origin) as tls:
         tls.sendall(f"GET https://other.example.org/a HTTP/1.1\r\nHost: {API}\r\n\r\n".encode())
         answer = read_head(tls)
@@ -195,9 +215,8 @@ def test_absolute_form_naming_another_host_is_host_mismatch(
 
 
 def test_smuggling_inside_tls_is_refused(
-    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
+    gateway: InspectingGateway, interception_ca: InterceptionCA, api_origin: Origin
 ) -> None:
-    gateway = inspecting_gateway(_policy(api_origin))
     with tls_through(gateway, interception_ca, api_origin) as tls:
         tls.sendall(
             f"POST /repos/myorg/x/issues HTTP/1.1\r\nHost: {API}\r\nContent-Length: 4\r\n"
@@ -217,9 +236,8 @@ def _h2_exchange(gateway: InspectingGateway, ca: InterceptionCA, origin: Origin)
 
 
 def test_h2_only_client_hello_is_refused_as_inspection_unsupported(
-    inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, api_origin: Origin
+    gateway: InspectingGateway, interception_ca: InterceptionCA, api_origin: Origin
 ) -> None:
-    gateway = inspecting_gateway(_policy(api_origin))
     with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
         _h2_exchange(gateway, interception_ca, api_origin)
     lines = gateway.wait_audit(lambda ls: any(x.get("code") == "inspection_unsupported" for x in ls))
@@ -229,9 +247,8 @@ def test_h2_only_client_hello_is_refused_as_inspection_unsupported(
 
 
 def test_a_client_that_does_not_trust_the_ca_is_logged_once_per_host(
-    inspecting_gateway: InspectingGatewayFactory, api_origin: Origin
+    gateway: InspectingGateway, api_origin: Origin
 ) -> None:
-    gateway = inspecting_gateway(_policy(api_origin))
     for _ in range(2):
         got = subprocess.run(
             ["curl", "-sS", "--max-time", "10", "-x", gateway.proxy_url, f"https://{API}:{api_origin.port}/a"],
@@ -299,9 +316,8 @@ def test_plain_http_to_an_inspected_host_is_judged_by_the_same_rules(
 
 
 def test_a_second_client_hello_after_hello_retry_naming_another_host_is_refused(
-    inspecting_gateway: InspectingGatewayFactory, api_origin: Origin
+    gateway: InspectingGateway, api_origin: Origin
 ) -> None:
-    gateway = inspecting_gateway(_policy(api_origin))
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as sock:
         sock.sendall(f"CONNECT {API}:{api_origin.port} HTTP/1.1\r\nHost: {API}\r\n\r\n".encode())
         assert sock.recv(4096).startswith(b"HTTP/1.1 200")

@@ -62,9 +62,30 @@ def _origin_app() -> web.Application:
     return app
 
 
+# One origin for the module. The tests that only read a refusal (no audit lines, no cached
+# decision or answer) share a gateway per policy; the others start their own.
+@pytest.fixture(scope="module")
+def module_tls_origin(module_origins: OriginFactory) -> Origin:
+    return module_origins.start(_origin_app(), names=("docs.example.org",), tls=True)
+
+
 @pytest.fixture
-def tls_origin(origins: OriginFactory) -> Origin:
-    return origins.start(_origin_app(), names=("docs.example.org",), tls=True)
+def tls_origin(module_tls_origin: Origin, fake_dns: FakeDNS) -> Origin:
+    """The module's origin, its name routed to it again (a test's own origin may have taken it)."""
+    fake_dns.add("docs.example.org", module_tls_origin.ip)
+    return module_tls_origin
+
+
+@pytest.fixture(scope="module")
+def port_443_proxy(module_proxy_factory: ProxyFactory, module_tls_origin: Origin) -> ProxyProcess:
+    """A gateway that opens only port 443, shared by the refusal tests."""
+    return module_proxy_factory(proxy_policy([module_tls_origin.cidr], ports=[443]))
+
+
+@pytest.fixture(scope="module")
+def default_ports_proxy(module_proxy_factory: ProxyFactory, module_tls_origin: Origin) -> ProxyProcess:
+    """A gateway with the default ports (80, 443), shared by the malformed-authority cases."""
+    return module_proxy_factory(proxy_policy([module_tls_origin.cidr]))
 
 
 def _curl(proxy: ProxyProcess, url: str, pki: TestPKI, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -156,18 +177,18 @@ def test_denied_host_gets_403_policy_denied(proxy_factory: ProxyFactory, tls_ori
     ids=["private-10", "cloud-metadata"],
 )
 def test_name_resolving_to_a_denied_address_gets_403_blocked_destination(
-    proxy_factory: ProxyFactory, tls_origin: Origin, fake_dns: FakeDNS, name: str, address: str
+    port_443_proxy: ProxyProcess, fake_dns: FakeDNS, name: str, address: str
 ) -> None:
     fake_dns.add(name, address)
-    proxy = proxy_factory(proxy_policy([tls_origin.cidr], ports=[443]))
+    proxy = port_443_proxy
     sock, answer = _connect(proxy, f"{name}:443")
     sock.close()
     assert answer.startswith(b"HTTP/1.1 403 ")
     assert b"X-Egress-Code: blocked_destination" in answer
 
 
-def test_denied_port_gets_403(proxy_factory: ProxyFactory, tls_origin: Origin) -> None:
-    proxy = proxy_factory(proxy_policy([tls_origin.cidr], ports=[443]))
+def test_denied_port_gets_403(port_443_proxy: ProxyProcess, tls_origin: Origin) -> None:
+    proxy = port_443_proxy
     sock, answer = _connect(proxy, "docs.example.org:8443")
     sock.close()
     assert answer.startswith(b"HTTP/1.1 403 ")
@@ -200,10 +221,8 @@ def test_connect_to_the_proxys_own_address_is_denied(proxy_factory: ProxyFactory
     ["docs.example.org", "docs.example.org:0", "docs.example.org:70000", "docs.example.org:44x", "::1:443", ":443"],
     ids=["no-port", "port-zero", "port-too-big", "port-garbage", "unbracketed-ipv6", "empty-host"],
 )
-def test_malformed_connect_authority_is_refused(
-    proxy_factory: ProxyFactory, tls_origin: Origin, authority: str
-) -> None:
-    proxy = proxy_factory(proxy_policy([tls_origin.cidr]))
+def test_malformed_connect_authority_is_refused(default_ports_proxy: ProxyProcess, authority: str) -> None:
+    proxy = default_ports_proxy
     answer = raw_exchange(proxy.port, f"CONNECT {authority} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     assert answer.startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 403 "))
 

@@ -253,10 +253,10 @@ def test_a_forwarded_requests_close_line_is_the_generic_close_line(
     audit = AuditLog(str(path))
     decisions = DecisionRecords(audit)
     exchange = _exchange(decisions, client, target, method, http_path)
-    exchange.transfer.status = status
-    exchange.transfer.bytes_up = 517
-    exchange.transfer.bytes_down = 4096
-    exchange.transfer.upstream = None if address is None else cast(UpstreamConnection, _Upstream(address))
+    exchange.status = status
+    exchange.bytes_up = 517
+    exchange.bytes_down = 4096
+    exchange.upstream = None if address is None else cast(UpstreamConnection, _Upstream(address))
     for _ in range(2):  # the second line comes from the members kept for this decision
         decisions.record_exchange_close(exchange, "client_closed")
         audit.flush()
@@ -323,8 +323,8 @@ def test_each_request_line_takes_its_own_members_when_they_alternate(tmp_path: P
     ]
     for principal, http_path, status, address, reason in requests:
         exchange = _exchange(decisions, client, target, "GET", http_path, principal)
-        exchange.transfer.status = status
-        exchange.transfer.upstream = None if address is None else cast(UpstreamConnection, _Upstream(address))
+        exchange.status = status
+        exchange.upstream = None if address is None else cast(UpstreamConnection, _Upstream(address))
         decisions.record_exchange_close(exchange, reason)
     audit.close()
     lines = [json.loads(line) for line in path.read_bytes().splitlines()]
@@ -366,7 +366,7 @@ def test_a_requests_close_lines_beyond_the_kept_formats_are_still_its_own(tmp_pa
     exchange = _exchange(decisions, connection_fields(("127.0.0.9", 40123)), _target(), "GET", "/a")
     statuses = [200 + n for n in range(MAX_CLOSES_PER_REQUEST_LINES + 3)] * 2
     for status in statuses:
-        exchange.transfer.status = status
+        exchange.status = status
         decisions.record_exchange_close(exchange, "client_closed")
     audit.close()
     assert exchange.decision.lines is not None

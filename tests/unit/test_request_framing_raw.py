@@ -274,9 +274,9 @@ def test_the_forwarded_lines_cut_from_the_raw_head_are_the_ones_built_field_by_f
         if sum(name.lower() == b"proxy-authorization" for name, _ in fields) > 1:
             continue
         named = named_by_connection([value for name, value in fields if name.lower() == b"connection"])
-        forwarded, _, read_named, _ = read_field_block(head.partition(b"\r\n")[2], len(head), HeadMemos())
-        assert read_named == named
-        assert forwarded == forwarded_lines(fields, named, HeadMemos()), head
+        read = read_field_block(head.partition(b"\r\n")[2], len(head), HeadMemos())
+        assert read.named == named
+        assert read.lines == forwarded_lines(fields, named, HeadMemos()), head
 
 
 def test_a_remembered_field_block_still_counts_toward_its_heads_size() -> None:

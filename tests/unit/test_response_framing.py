@@ -16,6 +16,7 @@ import pytest
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.http1.head_memos import HeadMemos
 from gateway.proxy.http1.heads import HOP_BY_HOP
+from gateway.proxy.http1.response_fields import BodyEnd, _read_line_by_line, read_head
 from gateway.proxy.http1.response_framing import ResponseFraming
 from gateway.proxy.http1.response_head import MAX_INTERIM_RESPONSES, MAX_RESPONSE_HEAD_BYTES, MAX_RESPONSE_HEADERS
 
@@ -537,6 +538,48 @@ def test_the_next_response_on_a_connection_is_framed_as_on_a_fresh_one() -> None
             fresh.status,
         )
         assert framing.complete
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nServer: x\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\n", id="keep-alive"
+        ),
+        pytest.param(b"HTTP/1.1 200 OK\r\nConnection: Keep-Alive, TE\r\nX-A: 1\r\n\r\n", id="names-cut-fields"),
+        pytest.param(b"HTTP/1.1 404 Not Found\r\nConnection: upgrade\r\nUpgrade: x\r\n\r\n", id="two-lines-of-note"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nConnection: x-a\r\nX-A: 1\r\nX-B: 2\r\n\r\n", id="names-a-relayed-field"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nConnection: content-length\r\n\r\n", id="names-a-framing-field"),
+        pytest.param(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n", id="http10-status-line"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nConnection: close\r\nClose: 1\r\n\r\n", id="names-close"),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: te, transfer-encoding\r\n\r\n", id="names-te"
+        ),
+        pytest.param(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", id="chunked-twice"),
+        pytest.param(b"HTTP/1.1 200 O\x01K\r\nConnection: keep-alive\r\n\r\n", id="control-in-the-reason"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n", id="chunked"),
+    ],
+)
+def test_the_cut_of_a_head_gives_its_line_by_line_reading(head: bytes) -> None:
+    """`read_head`'s paths (the one-Connection-line head, the cut by the pattern) against the
+    plain reading of every line: the same bytes relayed, the same facts."""
+    for id_field in (b"", b"X-Egress-Id: c-1\r\n"):
+        readings: list[tuple[bytes, BodyEnd] | tuple[ErrorCode, str]] = []
+        for read in (read_head, _read_line_by_line_as_read_head):
+            try:
+                pieces, body_end = read(head, int(head[9:12]), id_field, False, HeadMemos())
+            except GatewayError as refused:
+                readings.append((refused.code, refused.message))
+            else:
+                readings.append((b"".join(pieces), body_end))
+        assert readings[0] == readings[1]
+
+
+def _read_line_by_line_as_read_head(
+    head: bytes, status: int, id_field: bytes, keep_alive: bool, memos: HeadMemos
+) -> tuple[list[bytes], BodyEnd]:
+    del keep_alive  # read from the Content-Length line itself
+    return _read_line_by_line(head, status, id_field, memos)
 
 
 def test_remembered_status_lines_keep_each_reason_phrase() -> None:

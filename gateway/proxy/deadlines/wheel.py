@@ -166,10 +166,7 @@ class LazyDeadline:
         """`cancel`, and let go of the owner's callback: the owner is gone. The callback (a bound
         method) and the owner's reference to this entry form a cycle, which only the garbage
         collector would free; broken here, the connection is freed as soon as it is dropped."""
-        self.due = None
-        if self.slot is not None:  # `cancel`, inline: once per connection
-            self.wheel.unfile(self, self.slot)
-            self.slot = None
+        self.cancel()
         self.on_expiry = _no_expiry
 
 

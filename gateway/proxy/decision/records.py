@@ -95,7 +95,12 @@ class _DecidedExchange(Protocol):
     def verdict(self) -> RequestVerdict | None: ...
 
 
-class _ExchangeTransfer(Protocol):
+class ClosingExchange(Protocol):
+    """What a forwarded request's close line is written from (`forward.exchange.ForwardExchange`):
+    its decision's lines, its counts each way, its start and its client."""
+
+    @property
+    def decision(self) -> _DecidedExchange: ...
     @property
     def bytes_up(self) -> int: ...
     @property
@@ -104,20 +109,53 @@ class _ExchangeTransfer(Protocol):
     def status(self) -> int: ...
     @property
     def upstream(self) -> _PooledKey | None: ...
-
-
-class ClosingExchange(Protocol):
-    """What a forwarded request's close line is written from (`forward.exchange.ForwardExchange`):
-    its decision's lines, its transfer's counts, its start and its client."""
-
-    @property
-    def decision(self) -> _DecidedExchange: ...
-    @property
-    def transfer(self) -> _ExchangeTransfer: ...
     @property
     def started(self) -> float: ...
     @property
     def client(self) -> _AuditedClient: ...
+
+
+class ExchangeRecords(Protocol):
+    """What a listener's connections and dispatcher record through: `DecisionRecords`, or a
+    listener's own lines over one (an inspected connection's: `inspected/requests.InspectRecords`)."""
+
+    @property
+    def audit(self) -> AuditLog: ...
+
+    def record_allow(
+        self,
+        kind: str,
+        principal: Principal,
+        target: PinnedTarget,
+        *,
+        method: str | None = None,
+        path: str | None = None,
+        client: Mapping[str, Any] | None = None,
+        original_dst: str | None = None,
+    ) -> RequestLines: ...
+
+    def write_allow(self, lines: RequestLines, client: Mapping[str, Any] | None) -> None: ...
+
+    def record_deny(
+        self,
+        kind: str,
+        principal: str | None,
+        host: str | None,
+        port: int | None,
+        *,
+        error: GatewayError,
+        generation: int,
+        client: Mapping[str, Any] | None = None,
+        claimed: str | None = None,
+        original_dst: str | None = None,
+        **extra: Any,
+    ) -> None: ...
+
+    def record_exchange_close(
+        self, exchange: ClosingExchange, reason: str, duration_s: float | None = None
+    ) -> None: ...
+
+    def count_decision(self, kind: str, decision: str, code: str) -> None: ...
 
 
 class DecisionRecords:
@@ -137,14 +175,13 @@ class DecisionRecords:
         allowed: it has no `lines`), `duration_s` since it started (read here when not given)."""
         lines = exchange.decision.lines
         if lines is not None:
-            transfer = exchange.transfer
             # The counter children's own field: `inc()` would be one more call each.
-            bytes_up = transfer.bytes_up
-            bytes_down = transfer.bytes_down
+            bytes_up = exchange.bytes_up
+            bytes_down = exchange.bytes_down
             _FORWARD_UP.value += bytes_up
             _FORWARD_DOWN.value += bytes_down
-            upstream = transfer.upstream
-            key = (transfer.status, (upstream.key[1] or None) if upstream is not None else None, reason)
+            upstream = exchange.upstream
+            key = (exchange.status, (upstream.key[1] or None) if upstream is not None else None, reason)
             close = lines.closes.get(key)
             if close is None:
                 close = self._close_line(lines, key)
@@ -201,6 +238,21 @@ class DecisionRecords:
         """The allow (or report mode's would_deny) line and count of every surface's decision:
         CONNECT, plain HTTP, and a transparent connection (which adds the `original_dst` it
         dialed). Returns the lines it wrote from, for `write_allow` and the request's close line."""
+        lines = self.allow_lines(kind, principal, target, method=method, path=path, original_dst=original_dst)
+        self.write_allow(lines, client)
+        return lines
+
+    def allow_lines(
+        self,
+        kind: str,
+        principal: Principal,
+        target: PinnedTarget,
+        *,
+        method: str | None = None,
+        path: str | None = None,
+        original_dst: str | None = None,
+    ) -> RequestLines:
+        """The lines `record_allow` writes from, not written (nor counted)."""
         kind = self.kind_override or kind
         # Every member but the client's is the same on every line of this decision and request,
         # so they are serialized once; the client's members are its connection's.
@@ -208,7 +260,6 @@ class DecisionRecords:
         lines = self._allow_lines.get(key)
         if lines is None or lines.target is not target:
             lines = self._allow_prepared(key, principal, target)
-        self.write_allow(lines, client)
         return lines
 
     def write_allow(self, lines: RequestLines, client: Mapping[str, Any] | None) -> None:

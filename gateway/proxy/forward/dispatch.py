@@ -36,7 +36,7 @@ from gateway.proxy.decision.caches import (
     DecisionCaches,
     ForwardTarget,
 )
-from gateway.proxy.decision.records import DecisionRecords
+from gateway.proxy.decision.records import ExchangeRecords
 from gateway.proxy.forward.exchange import ForwardExchange, build_request_head
 from gateway.proxy.forward.kept_decision import KeptDecision
 from gateway.proxy.forward.pool import UpstreamPool
@@ -105,7 +105,7 @@ class ForwardDispatcher:
         self,
         core: EgressCore,
         caches: DecisionCaches,
-        records: DecisionRecords,
+        records: ExchangeRecords,
         pool: UpstreamPool[UpstreamConnection],
         guard: OutboundGuard | None = None,
         *,
@@ -221,7 +221,7 @@ class ForwardDispatcher:
         except GatewayError as refusal:
             self._deny(exchange, refusal, loaded, principal, forward)
             return False
-        if not exchange.transfer.body_done:
+        if not exchange.body_done:
             decision.body_guard = guard.body(facts, policy, principal, content_encoding(decision.fields))
         return True
 

@@ -3,14 +3,14 @@
 Owns the state of one plain-HTTP exchange (`ForwardExchange`), split by who writes it: the
 request as the framing parsed it (`ParsedRequest`, immutable), the dispatcher's decision
 (`ExchangeDecision`: the URI decided, the field lines forwarded, principal, target, settings,
-audit lines, the outbound scan's hold, issue 26) and the bytes each way (`Transfer`: the body on
-its way upstream, held and bounded until a connection exists or the scan's window is read, and
-what the upstream relayed back). It also owns the retry rule of an idempotent request; the
-`ClientSide` and `UpstreamSide` interfaces the two halves call each other through; the reasons
-client reading is paused (`PauseReason`); and `build_request_head`, the rewritten head the
-upstream sees (origin-form target, Host from the URI, the end-to-end field lines
-`http1/request_head.py` read from the client's head: hop-by-hop fields, the fields Connection
-names and Proxy-* removed).
+audit lines, the outbound scan's hold, issue 26), and the bytes each way (the exchange's own
+fields: the body on its way upstream, held and bounded until a connection exists or the scan's
+window is read, written by its methods; what the upstream relayed back, written by the
+upstream). It also owns the retry rule of an idempotent request; the `ClientSide` and
+`UpstreamSide` interfaces the two halves call each other through; the reasons client reading is
+paused (`PauseReason`); and `build_request_head`, the rewritten head the upstream sees
+(origin-form target, Host from the URI, the end-to-end field lines `http1/request_head.py` read
+from the client's head: hop-by-hop fields, the fields Connection names and Proxy-* removed).
 
 Never reads or writes a socket (body bytes go through `UpstreamSide.send_body`), never decides
 policy, never forwards Proxy-Authorization.
@@ -180,15 +180,36 @@ class ExchangeDecision:
         self.scrubber: Scrubber | None = None
 
 
-class Transfer:
-    """The bytes of one exchange each way. The request side (`pending`, `pending_bytes`,
-    `bytes_up`, `body_done`, `retried`) is written by the exchange's body relay (the methods of
-    `ForwardExchange`); the response side (`upstream`, `status`, `bytes_down`) by the
+class ForwardExchange:
+    """One request and its response: the request as parsed (`request`, the framing's), the
+    decision (`decision`, the dispatcher's), and the bytes each way, for the client connection
+    that read it (`client`). The request side of the transfer (`pending`, `pending_bytes`,
+    `bytes_up`, `body_done`, `retried`) is written by the methods below, which relay the request
+    body towards the upstream (sent once one exists, held and bounded until then or until the
+    outbound scan's verdict); the response side (`upstream`, `status`, `bytes_down`) by the
     `upstream.UpstreamConnection` carrying it."""
 
-    __slots__ = ("body_done", "bytes_down", "bytes_up", "pending", "pending_bytes", "retried", "status", "upstream")
+    __slots__ = (
+        "body_done",
+        "bytes_down",
+        "bytes_up",
+        "client",
+        "decision",
+        "pending",
+        "pending_bytes",
+        "request",
+        "retried",
+        "started",
+        "status",
+        "upstream",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, request: ParsedRequest, client: ClientSide) -> None:
+        self.request = request
+        self.client = client
+        self.decision = ExchangeDecision(request.url, request.fields)
+        # The monotonic clock, as the connection's deadlines: its close reads one clock for both.
+        self.started = time.monotonic()
         self.body_done = False
         self.pending: list[bytes] = []  # body bytes held until an upstream exists (or screened)
         self.pending_bytes = 0
@@ -198,49 +219,30 @@ class Transfer:
         self.status = 0  # the upstream's final status once its head went to the client
         self.bytes_down = 0
 
-
-class ForwardExchange:
-    """One request and its response: the request as parsed (`request`, the framing's), the
-    decision (`decision`, the dispatcher's) and the bytes each way (`transfer`), for the client
-    connection that read it (`client`). Its methods relay the request body towards the upstream:
-    sent once one exists, held (bounded) until then or until the outbound scan's verdict."""
-
-    __slots__ = ("client", "decision", "request", "started", "transfer")
-
-    def __init__(self, request: ParsedRequest, client: ClientSide) -> None:
-        self.request = request
-        self.client = client
-        self.decision = ExchangeDecision(request.url, request.fields)
-        self.transfer = Transfer()
-        # The monotonic clock, as the connection's deadlines: its close reads one clock for both.
-        self.started = time.monotonic()
-
     def request_body(self, data: bytes) -> None:
         framed = b"%x\r\n%b\r\n" % (len(data), data) if self.request.chunked else data
-        transfer = self.transfer
-        transfer.bytes_up += len(data)
+        self.bytes_up += len(data)
         guard = self.decision.body_guard
         if guard is not None and not guard.settled:
             self._screen_body(guard, data, framed)
             return
-        upstream = transfer.upstream
+        upstream = self.upstream
         if upstream is not None and upstream.send_body(framed):
             return
         # Not connected yet: hold the body, but never more than one write buffer's worth.
-        transfer.pending.append(framed)
-        transfer.pending_bytes += len(framed)
-        if transfer.pending_bytes > WRITE_HIGH_WATER_BYTES:
+        self.pending.append(framed)
+        self.pending_bytes += len(framed)
+        if self.pending_bytes > WRITE_HIGH_WATER_BYTES:
             self.client.pause_client_reading(PauseReason.BODY_BUFFER)
 
     def _screen_body(self, guard: BodyGuard, data: bytes, framed: bytes) -> None:
         """Scan and hold: nothing of a screened body leaves before its verdict."""
         guard.feed(data)
-        transfer = self.transfer
-        transfer.pending.append(framed)
-        transfer.pending_bytes += len(framed)
+        self.pending.append(framed)
+        self.pending_bytes += len(framed)
         if guard.settled:
             self._body_read()
-        elif transfer.pending_bytes > guard.body.window_bytes + WRITE_HIGH_WATER_BYTES:
+        elif self.pending_bytes > guard.body.window_bytes + WRITE_HIGH_WATER_BYTES:
             self.client.pause_client_reading(PauseReason.BODY_BUFFER)
 
     def _body_read(self) -> None:
@@ -253,40 +255,31 @@ class ForwardExchange:
 
     def take_held_body(self) -> bytes:
         """The body held so far, for the upstream's first write (and the client reads again)."""
-        transfer = self.transfer
-        if not transfer.pending:
+        if not self.pending:
             return b""
-        held = b"".join(transfer.pending)
-        transfer.pending.clear()
-        transfer.pending_bytes = 0
+        held = b"".join(self.pending)
+        self.pending.clear()
+        self.pending_bytes = 0
         self.client.resume_client_reading(PauseReason.BODY_BUFFER)
         return held
 
     @property
     def resendable(self) -> bool:
         """Whether the whole request can be sent again: idempotent, no body bytes, not yet retried."""
-        transfer = self.transfer
-        return (
-            self.request.method in IDEMPOTENT_METHODS
-            and transfer.body_done
-            and transfer.bytes_up == 0
-            and not transfer.retried
-        )
+        return self.request.method in IDEMPOTENT_METHODS and self.body_done and self.bytes_up == 0 and not self.retried
 
     def prepare_retry(self) -> None:
         """Reset what the failed attempt consumed so `UpstreamConnection.start` can send it again
         (the upstream that failed has let go of it)."""
-        transfer = self.transfer
-        transfer.retried = True
-        transfer.pending = [b"0\r\n\r\n"] if self.request.chunked else []
-        transfer.pending_bytes = 0
+        self.retried = True
+        self.pending = [b"0\r\n\r\n"] if self.request.chunked else []
+        self.pending_bytes = 0
 
     def request_end(self) -> None:
-        transfer = self.transfer
-        transfer.body_done = True
-        upstream = transfer.upstream
+        self.body_done = True
+        upstream = self.upstream
         if self.request.chunked and (upstream is None or not upstream.send_body(b"0\r\n\r\n")):
-            transfer.pending.append(b"0\r\n\r\n")
+            self.pending.append(b"0\r\n\r\n")
         guard = self.decision.body_guard
         if guard is not None and not guard.settled:
             guard.ended = True

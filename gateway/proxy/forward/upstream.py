@@ -88,7 +88,7 @@ class UpstreamConnection(asyncio.Protocol):
             # crossed our request on the wire): nothing was processed, so send it once more on a
             # fresh connection rather than fail a request the origin never saw.
             self.exchange = None
-            exchange.transfer.upstream = None
+            exchange.upstream = None
             exchange.prepare_retry()
             exchange.client.retry_exchange(exchange)
             return
@@ -119,20 +119,20 @@ class UpstreamConnection(asyncio.Protocol):
         except GatewayError as error:
             self._fail(exchange, error)
             return
-        decision, transfer = exchange.decision, exchange.transfer
+        decision = exchange.decision
         scrubber = decision.scrubber
         if scrubber is not None:
             # Length-preserving, on the relayed bytes: chunk sizes and Content-Length stay true.
             out = scrubber.body(out) + (scrubber.finish() if framing.complete else b"")
         if out:
-            if not transfer.status:
-                transfer.status = framing.status  # for the close line
+            if not exchange.status:
+                exchange.status = framing.status  # for the close line
             exchange.client.transport.write(out)
         if framing.body_bytes > decision.settings.max_response_bytes:
-            transfer.bytes_down = framing.body_bytes
+            exchange.bytes_down = framing.body_bytes
             self._fail(exchange, GatewayError(ErrorCode.TOO_LARGE, "the response exceeds proxy.max_response_bytes"))
             return
-        if framing.complete and transfer.body_done:
+        if framing.complete and exchange.body_done:
             self.finish()
 
     def _fail(self, exchange: ForwardExchange, error: GatewayError) -> None:
@@ -145,7 +145,7 @@ class UpstreamConnection(asyncio.Protocol):
             if scrubber is not None:
                 out = scrubber.body(out) + scrubber.finish()
             if out:
-                exchange.transfer.status = exchange.transfer.status or framing.status
+                exchange.status = exchange.status or framing.status
                 exchange.client.transport.write(out)
         self.exchange = None
         if self.transport is not None:
@@ -215,7 +215,7 @@ class UpstreamConnection(asyncio.Protocol):
     def start(self, exchange: ForwardExchange, head: bytes) -> None:
         """Send the request head and any body received so far in one write."""
         self.exchange = exchange
-        exchange.transfer.upstream = self
+        exchange.upstream = self
         decision, request = exchange.decision, exchange.request
         self.principal_rule = decision.principal
         self.target = decision.target
@@ -269,7 +269,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._responses += 1
         if self._reading_paused:
             self.resume_reading()
-        exchange.transfer.bytes_down = framing.body_bytes
+        exchange.bytes_down = framing.body_bytes
         if self._reusable and framing.reusable and self.transport is not None and not self.transport.is_closing():
             self._spent_framing = framing
             self.pool.release(self)

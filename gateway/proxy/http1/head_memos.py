@@ -11,6 +11,8 @@ compute each one, and remember only what their rules allow: a block within the c
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from gateway.memo import BoundedMemo
 from gateway.proxy.http1.heads import NOTHING_NAMED, named_by_connection
 
@@ -31,9 +33,15 @@ MAX_REMEMBERED_REQUEST_FIELD_NAMES = 1024
 MAX_REMEMBERED_FIELD_BLOCK_BYTES = 2048
 MAX_REMEMBERED_FIELD_BLOCKS = 256
 
-# What `request_head.read_field_block` answers: the forwarded field lines, the
-# Proxy-Authorization value, the names Connection lists, whether the body is chunked.
-ReadFieldBlock = tuple[bytes, bytes | None, frozenset[bytes], bool]
+
+class FieldBlock(NamedTuple):
+    """What `request_head.read_field_block` reads from a request's field block (defined here, below
+    the reader, because each block read is remembered in `HeadMemos.read_blocks`)."""
+
+    lines: bytes  # the forwarded field lines, each CRLF first
+    authorization: bytes | None  # the Proxy-Authorization value
+    named: frozenset[bytes]  # the names the Connection field lists, lower-cased
+    chunked: bool  # the body is chunked (`Transfer-Encoding: chunked`, the only coding accepted)
 
 
 class HeadMemos:
@@ -45,7 +53,7 @@ class HeadMemos:
         self.connection_values: BoundedMemo[bytes, frozenset[bytes]] = BoundedMemo(MAX_REMEMBERED_CONNECTION_VALUES)
         self.status_lines: BoundedMemo[tuple[int, bytes], bytes] = BoundedMemo(MAX_REMEMBERED_STATUS_LINES)
         self.dropped_request_fields: BoundedMemo[bytes, bool] = BoundedMemo(MAX_REMEMBERED_REQUEST_FIELD_NAMES)
-        self.read_blocks: BoundedMemo[bytes, ReadFieldBlock] = BoundedMemo(MAX_REMEMBERED_FIELD_BLOCKS)
+        self.read_blocks: BoundedMemo[bytes, FieldBlock] = BoundedMemo(MAX_REMEMBERED_FIELD_BLOCKS)
 
     def named_by_connection(self, values: list[bytes]) -> frozenset[bytes]:
         """`heads.named_by_connection`, a single short value's answer remembered."""

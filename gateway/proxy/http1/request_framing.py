@@ -107,6 +107,10 @@ OUT_OF_STEP = "malformed request: the message framing could not be followed"
 RequestEvent = Union[H, RequestBody, RequestEnd, ConnectHead, UpgradeHead, Refusal]  # noqa: UP007
 _END = RequestEnd()
 HEAD_END = b"\r\n\r\n"
+_HEAD_END_BYTES = len(HEAD_END)
+# The two line breaks, as the first byte of a read: empty lines before a request line (llhttp
+# skips them); no method starts with a byte at or below CR.
+_CR, _LF = ord("\r"), ord("\n")
 
 
 class _Refused(Exception):
@@ -183,11 +187,11 @@ class RequestFraming(Generic[H]):
                 if not self._in_head:
                     data = self._body(data)
                     continue
-                # (A first byte below CR and LF, both line breaks, is never a method: llhttp refuses
+                # (A first byte at or below CR, LF among them, is never a method: llhttp refuses
                 # it whichever path feeds it.)
-                if self._held is None and data[0] > 0x0D and (end := data.find(HEAD_END)) > 0:
+                if self._held is None and data[0] > _CR and (end := data.find(HEAD_END)) > 0:
                     # The common case: a whole head at the start of the read, fed to llhttp alone.
-                    head_end = end + 4  # len(HEAD_END)
+                    head_end = end + _HEAD_END_BYTES
                     if head_end == len(data):
                         head = part = data
                         data = b""
@@ -251,7 +255,7 @@ class RequestFraming(Generic[H]):
         assert parser is not None  # called from feed
         held = self._held
         if held is None:
-            if data[0] == 0x0D or data[0] == 0x0A:
+            if data[0] == _CR or data[0] == _LF:
                 # Empty lines before a request line (RFC 9112 section 2.2): llhttp skips them.
                 start = data.lstrip(b"\r\n")
                 skipped = len(data) - len(start)
@@ -370,11 +374,11 @@ class RequestFraming(Generic[H]):
             # `GET http://a/-HTTP/1.1` took the version into the target; a plain parser refuses.
             self._refuse(GatewayError(ErrorCode.INVALID_INPUT, NO_VERSION))
         try:
-            fields, authorization, named, chunked = read_field_block(block, counted, self._memos)
+            fields = read_field_block(block, counted, self._memos)
         except GatewayError as error:
             self._refuse(error)
         if method == b"CONNECT":
-            self._connect = ConnectHead(url, authorization, b"")
+            self._connect = ConnectHead(url, fields.authorization, b"")
             return  # httptools raises HttpParserUpgrade next; `feed` hands the rest to the tunnel
         parser = self._parser
         assert parser is not None  # callbacks run inside feed_data
@@ -382,17 +386,19 @@ class RequestFraming(Generic[H]):
             # Refused at its head, not once llhttp reaches the message's end: by then the head
             # event would have started the exchange, and a pooled upstream could see the request.
             # (llhttp reads `Proxy-Connection: upgrade` as a Connection field too.)
-            if not self._upgrades or chunked or content_length(head):
+            if not self._upgrades or fields.chunked or content_length(head):
                 # An upgrade carrying a body is not a WebSocket handshake: refused as before.
                 self._refuse(GatewayError(ErrorCode.INVALID_INPUT, UPGRADE_REFUSED))
             self._upgrade = UpgradeHead(method, url, head, b"")
             return  # httptools raises HttpParserUpgrade at the message's end
-        if chunked:
+        if fields.chunked:
             self._chunks = ChunkedBodyEnd()
         http10 = version == b"HTTP/1.0"
         keep_alive = parser.should_keep_alive()
         self._events.append(
-            self._new_head(method, url, head, fields, authorization, named, chunked, http10, keep_alive)
+            self._new_head(
+                method, url, head, fields.lines, fields.authorization, fields.named, fields.chunked, http10, keep_alive
+            )
         )
 
     def on_body(self, body: bytes) -> None:

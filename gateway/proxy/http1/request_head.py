@@ -24,8 +24,8 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.http1.head_memos import (
     MAX_REMEMBERED_FIELD_BLOCK_BYTES,
     MAX_REMEMBERED_REQUEST_FIELD_NAME_BYTES,
+    FieldBlock,
     HeadMemos,
-    ReadFieldBlock,
 )
 from gateway.proxy.http1.heads import (
     CLOSE_FIELD,
@@ -34,7 +34,6 @@ from gateway.proxy.http1.heads import (
     MAX_HEAD_BYTES,
     MAX_HEADERS,
     MAX_URL_BYTES,
-    NOTHING_NAMED,
     TOKEN_CHARS,
     any_case,
 )
@@ -51,9 +50,10 @@ def _lines_of_note() -> re.Pattern[bytes]:
 
     In strict mode llhttp has checked that each line is a token, a colon with nothing before it,
     optional whitespace and a value without CR, LF or NUL, so every CRLF of the head starts a
-    field line and a line's name ends at its first colon. A line of note is Connection (group 1:
-    its value), Transfer-Encoding (group 2), Proxy-Authorization (group 3), a field never
-    forwarded (group 4, empty), or, with no group, an irregular line: llhttp reads a value
+    field line and a line's name ends at its first colon. A line of note is Connection (group
+    `connection_value`), Transfer-Encoding (group `coding`: its value), Proxy-Authorization
+    (group `authorization`: its value), a field never forwarded (group `dropped`, empty), or,
+    with no group, an irregular line: llhttp reads a value
     without the whitespace after the colon and the upstream head says `name: value`, so a line
     is forwarded as its raw bytes only when one space and no more whitespace follow the colon; a
     head with any other line is read line by line (the check is a lookahead: the CRLF that may
@@ -68,24 +68,25 @@ def _lines_of_note() -> re.Pattern[bytes]:
         + first_letters.upper()
         + rb"])(?:"
         + any_case(b"connection")
-        + rb":[ \t]*([^\r]*)|"
+        + rb":[ \t]*(?P<connection_value>[^\r]*)|"
         + any_case(b"transfer-encoding")
-        + rb":[ \t]*([^\r]*)|"
+        + rb":[ \t]*(?P<coding>[^\r]*)|"
         + any_case(b"proxy-authorization")
-        + rb":[ \t]*([^\r]*)|(?:"
+        + rb":[ \t]*(?P<authorization>[^\r]*)|(?:"
         + b"|".join(any_case(name) for name in _DROPPED_NAMES)
         + b"|"
         + any_case(b"proxy-")
         + TOKEN_CHARS
-        + rb"*):[^\r]*())|[^:]*+:(?=[^ ]| [ \t]))"
+        + rb"*):[^\r]*(?P<dropped>))|[^:]*+:(?=[^ ]| [ \t]))"
     )
 
 
 _LINES_OF_NOTE = _lines_of_note()
-# What `split` gives per line of note: the kept bytes before it (offset 0), then its four groups
-# at these offsets (`_lines_of_note`'s groups 1 to 4).
-_CONNECTION_VALUE, _CODING, _AUTHORIZATION, _DROPPED = 1, 2, 3, 4
-_STRIDE = 5
+# The groups of `_lines_of_note` the reader acts on: a line of note matches exactly one group
+# (`dropped` among them), or none (an irregular line), so a match's `lastgroup` names it.
+_CONNECTION_VALUE = "connection_value"
+_CODING = "coding"
+_AUTHORIZATION = "authorization"
 _CONTENT_LENGTH = re.compile(rb"\r\n" + any_case(b"content-length") + rb":[ \t]*([0-9]+)")
 
 TOO_MANY_FIELDS = f"more than {MAX_HEADERS} header fields"
@@ -185,21 +186,6 @@ class _FieldRules:
             self.coding_field(value)
 
 
-def _field_rules(pieces: list[bytes | None]) -> tuple[bytes | None, bool]:
-    """The Proxy-Authorization value and whether the body is chunked, the rules applied to the
-    lines of note in the order they came (the first broken one is the one refused)."""
-    rules = _FieldRules()
-    authorization: bytes | None = None
-    for coding, value in zip(pieces[_CODING::_STRIDE], pieces[_AUTHORIZATION::_STRIDE], strict=True):
-        if value is not None:
-            rules.authorization_field()
-            authorization = value
-            continue
-        if coding is not None:
-            rules.coding_field(coding)
-    return authorization, rules.chunked
-
-
 def _only_cut_names(named: frozenset[bytes], head: bytes) -> bool:
     """Whether every field the Connection field names is one the pattern cuts already."""
     if named <= _CUT_NAMES:
@@ -209,7 +195,7 @@ def _only_cut_names(named: frozenset[bytes], head: bytes) -> bool:
     return all(name in _CUT_NAMES or name.startswith(b"proxy-") for name in named)
 
 
-def read_field_block(block: bytes, head_bytes: int, memos: HeadMemos) -> ReadFieldBlock:
+def read_field_block(block: bytes, head_bytes: int, memos: HeadMemos) -> FieldBlock:
     """The forwarded field lines (each CRLF first), the Proxy-Authorization value, the names the
     Connection field lists and whether the body is chunked, read from the field block of a head
     llhttp accepted (after the request line's CRLF, to the blank line; `head_bytes` of the head
@@ -230,7 +216,7 @@ def read_field_block(block: bytes, head_bytes: int, memos: HeadMemos) -> ReadFie
     return read
 
 
-def _read_field_block(block: bytes, head_bytes: int, memos: HeadMemos) -> ReadFieldBlock:
+def _read_field_block(block: bytes, head_bytes: int, memos: HeadMemos) -> FieldBlock:
     """`read_field_block`'s reading of a block not remembered, with the CRLF that ends the
     request line before it: the field-line and head caps, the rules, the forwarded lines."""
     # The request line and the blank line end in a newline too: they are not fields.
@@ -242,46 +228,38 @@ def _read_field_block(block: bytes, head_bytes: int, memos: HeadMemos) -> ReadFi
         if fault is not None:
             raise fault[1]
         raise too_large(TOO_MANY_FIELDS if too_many else "the request head is too large")
-    pieces = _LINES_OF_NOTE.split(block)
-    count = len(pieces)
-    values: list[bytes]
-    if count == 1:
-        # No line of note (no Host either: HTTP/1.0).
-        authorization = None
-        values = []
-        chunked = irregular = False
-        fields = block[:-4]
-    elif count == 1 + _STRIDE:
-        # One line of note, nearly always Host: read without slicing the list.
-        connection, coding = pieces[_CONNECTION_VALUE], pieces[_CODING]
-        authorization, dropped = pieces[_AUTHORIZATION], pieces[_DROPPED]
-        chunked = coding is not None
-        if chunked:
-            _field_rules(pieces)
-        values = [connection] if connection is not None else []
-        irregular = connection is None and not chunked and authorization is None and dropped is None
-        rest = pieces[_STRIDE]
-        assert rest is not None  # the bytes after the line of note
-        fields = pieces[0] + rest[:-4]
-    else:
-        authorization, chunked = _field_rules(pieces)
-        values = [value for value in pieces[_CONNECTION_VALUE::_STRIDE] if value is not None]
-        # Each line of note but an irregular one has one group that is not None.
-        irregular = pieces.count(None) > (len(pieces) // _STRIDE) * (_STRIDE - 2)
-        fields = b"".join(pieces[::_STRIDE])[:-4]
-    # `named_by_connection`'s remembered answer first, inline: most clients send one short value.
-    named = (
-        (len(values) == 1 and memos.connection_values.get(values[0])) or memos.named_by_connection(values)
-        if values
-        else NOTHING_NAMED
-    )
+    # The rules are applied to the lines of note in the order they came: the first broken one is
+    # the one refused, whatever else the block holds.
+    rules = _FieldRules()
+    authorization: bytes | None = None
+    values: list[bytes] = []
+    kept: list[bytes] = []
+    irregular = False
+    start = 0
+    for line in _LINES_OF_NOTE.finditer(block):
+        kept.append(block[start : line.start()])
+        start = line.end()
+        role = line.lastgroup
+        if role == _CONNECTION_VALUE:
+            values.append(line[_CONNECTION_VALUE])
+        elif role == _CODING:
+            rules.coding_field(line[_CODING])
+        elif role == _AUTHORIZATION:
+            rules.authorization_field()
+            authorization = line[_AUTHORIZATION]
+        elif role is None:
+            irregular = True
+    kept.append(block[start:])
+    named = memos.named_by_connection(values)
     if named and not named.isdisjoint(FRAMING_FIELDS):
         # Framing fields are never hop-by-hop: stripping them after they framed the body would
         # have the origin read the body as a second request (smuggling).
         raise GatewayError(ErrorCode.INVALID_INPUT, CONNECTION_NAMES_FRAMING)
     if irregular or (named and not _only_cut_names(named, block)):
-        fields = forwarded_lines(request_fields(block), named, memos)
-    return fields, authorization, named, chunked
+        lines = forwarded_lines(request_fields(block), named, memos)
+    else:
+        lines = b"".join(kept)[:-4]  # without the blank line
+    return FieldBlock(lines, authorization, named, rules.chunked)
 
 
 class _Probe:

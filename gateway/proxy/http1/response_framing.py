@@ -12,20 +12,18 @@ is complete, whether the upstream connection may be reused, whether the client m
 
 Every way an origin can lie about framing ends in a `GatewayError` from `feed` (never a parser
 exception): a malformed head or body (a control byte in the reason phrase too, which llhttp
-lets through), an unsolicited 101, a `Connection` field naming a framing
+lets through: `response_fields.py`), an unsolicited 101, a `Connection` field naming a framing
 field, a cap passed. Bytes after the complete response are never relayed; they only make the
 connection unusable. Never touches a socket or a timer; never quotes upstream bytes in a message.
 """
 
 from __future__ import annotations
 
-import re
-
 import httptools
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.proxy.http1.head_memos import HeadMemos
-from gateway.proxy.http1.response_fields import read_head
+from gateway.proxy.http1.response_fields import MALFORMED, BodyEnd, read_head
 from gateway.proxy.http1.response_head import (
     HEAD_END,
     MAX_RESPONSE_HEAD_BYTES,
@@ -34,26 +32,10 @@ from gateway.proxy.http1.response_head import (
 )
 
 NO_BODY_STATUSES = frozenset({204, 304})
-# Each transfer coding a head's Transfer-Encoding lines name, in order (a chunked head only).
-_TRANSFER_CODINGS = re.compile(rb"(?i)(?:^|\r\n)transfer-encoding[ \t]*:[ \t]*([^\r]*)")
-MALFORMED = "the upstream response is malformed"
-# A status line with a control byte in it (RFC 9112 section 4: a reason phrase is HTAB, SP,
-# VCHAR and obs-text only). llhttp accepts any byte but CR and LF in a reason phrase, NUL, ESC
-# and DEL included, and a client's terminal or log would take them as they come: refused as a
-# malformed upstream head, as h11 refuses it. Matches from the head's start (past the empty
-# lines llhttp skips before a status line) when the status line's run of allowed bytes stops at
-# anything but the CR that ends it.
-_CONTROL_IN_STATUS_LINE = re.compile(rb"[\r\n]*+[^\x00-\x08\x0a-\x1f\x7f]*+[^\r]")
-
-
-def _transfer_codings(head: bytes) -> list[bytes]:
-    """The transfer codings a head's Transfer-Encoding lines name, in order, lowercased."""
-    return [
-        coding.strip(b" \t").lower()
-        for value in _TRANSFER_CODINGS.findall(head)
-        for coding in value.split(b",")
-        if coding.strip(b" \t")
-    ]
+_LENGTH_END, _CLOSE_END = BodyEnd.LENGTH, BodyEnd.CLOSE
+# The first digit of the status code after `HTTP/1.1 `: above `1`, the head is a final one.
+_STATUS_CLASS_AT = len(b"HTTP/1.1 ")
+_INTERIM_CLASS = ord("1")
 
 
 class _StopParsing(Exception):
@@ -182,7 +164,7 @@ class ResponseFraming:
                 if (
                     len(HEAD_END) <= head_length <= MAX_RESPONSE_HEAD_BYTES
                     and data.startswith(b"HTTP/1.1 ")
-                    and data[9] > 0x31
+                    and data[_STATUS_CLASS_AT] > _INTERIM_CLASS
                     and data.count(b"\n", 0, head_length) <= MAX_RESPONSE_HEADERS + 2
                 ):
                     # The common case, inline: the exchange's first read starts with a whole final
@@ -213,11 +195,7 @@ class ResponseFraming:
         except GatewayError:
             self.reusable = False
             raise
-        # `take_output`, inline: once per read.
-        out = self._out
-        output = b"".join(out)
-        out.clear()
-        return output
+        return self.take_output()
 
     def _count_stalled(self, length: int) -> None:
         # A read with no body byte in it: chunk framing or a trailer section, which llhttp reads
@@ -272,29 +250,33 @@ class ResponseFraming:
         parser = self._parser
         status = parser.get_status_code()
         keep_alive = parser.should_keep_alive()
-        kept, has_length, chunked, names_framing = read_head(
-            self._head, status, self._id_field, keep_alive, self._memos
-        )
-        if status == 101 or names_framing:
-            self._refuse_unframeable(status)
-        self._refuse_what_llhttp_lets_through(chunked)
+        if status == 101:
+            # The gateway never forwards Upgrade, so a switch is unsolicited: relaying it would
+            # hand the client a stream the proxy no longer frames.
+            self._failure = GatewayError(ErrorCode.CONNECT_FAILURE, "the upstream switched protocols unasked (101)")
+            raise _StopParsing
+        try:
+            pieces, body_end = read_head(self._head, status, self._id_field, keep_alive, self._memos)
+        except GatewayError as unframeable:
+            self._failure = unframeable
+            raise _StopParsing from None
         # The head's pieces go straight into the output: one join for head and body.
         out = self._out
         if status < 200:
             # RFC 9110 section 15.2: no interim response to an HTTP/1.0 client.
             if not self._client_http10:
-                out += kept
+                out += pieces
                 if not keep_alive:
                     self.reusable = False
                 out.append(b"\r\n")
             return
         self._streaming = True  # the body follows; trailers, if any, are dropped
-        out += kept
+        out += pieces
         if not keep_alive:
             self.reusable = False
         self._chunk_to_client = False
-        if not has_length and not self._head_only and status not in NO_BODY_STATUSES:
-            self.eof_body = not chunked
+        if body_end is not _LENGTH_END and not self._head_only and status not in NO_BODY_STATUSES:
+            self.eof_body = body_end is _CLOSE_END
             if self._client_http10:
                 self.close_client = True
             else:
@@ -311,30 +293,6 @@ class ResponseFraming:
         if self._head_only:
             # No body follows a HEAD response whatever its Content-Length says.
             self.complete = True
-
-    def _refuse_what_llhttp_lets_through(self, chunked: bool) -> None:
-        """The head's faults llhttp accepts and a plain parser (h11) refuses: a control byte in
-        the status line, and RFC 9112 section 6.1's chunked applied once, and last (llhttp decodes
-        one chunked layer of `chunked, chunked`, or two such lines: refused here too, so no reader
-        downstream sees other message boundaries)."""
-        head = self._head
-        if _CONTROL_IN_STATUS_LINE.match(head) is not None or (
-            chunked and _transfer_codings(head).count(b"chunked") != 1
-        ):
-            self._failure = GatewayError(ErrorCode.CONNECT_FAILURE, MALFORMED)
-            raise _StopParsing
-
-    def _refuse_unframeable(self, status: int) -> None:
-        if status == 101:
-            # The gateway never forwards Upgrade, so a switch is unsolicited: relaying it would
-            # hand the client a stream the proxy no longer frames.
-            self._failure = GatewayError(ErrorCode.CONNECT_FAILURE, "the upstream switched protocols unasked (101)")
-            raise _StopParsing
-        # Framing fields are never hop-by-hop: stripping them would re-frame the body differently.
-        self._failure = GatewayError(
-            ErrorCode.CONNECT_FAILURE, "the upstream response's Connection field names a framing header"
-        )
-        raise _StopParsing
 
     def on_body(self, body: bytes) -> None:
         self._progress += 1
@@ -354,11 +312,7 @@ class ResponseFraming:
         self._progress += 1
         if not self._streaming:
             return  # an interim response; the final one follows on the same parser
-        # `_finish_message`, inline: once per response.
-        if not self.complete:
-            if self._chunk_to_client:
-                self._out.append(b"0\r\n\r\n")
-            self.complete = True
+        self._finish_message()
         self._at_boundary = True
 
     def _finish_message(self) -> None:

@@ -29,7 +29,7 @@ from gateway.observe.audit import AuditLog
 from gateway.observe.verdicts import outcome_for_close
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.decision.caches import DecisionCaches, ForwardTarget
-from gateway.proxy.decision.records import ClosingExchange, DecisionRecords, RequestLines
+from gateway.proxy.decision.records import ClosingExchange, DecisionRecords, ExchangeRecords, RequestLines
 from gateway.proxy.forward.exchange import ForwardExchange
 
 KIND = "inspect"
@@ -48,7 +48,7 @@ class InspectedRequests:
 
     def __init__(
         self,
-        records: DecisionRecords,
+        records: ExchangeRecords,
         caches: DecisionCaches,
         trust: TlsTrust,
         *,
@@ -144,24 +144,71 @@ class InspectedRequests:
         )
 
 
-class InspectRecords(DecisionRecords):
-    """The proxy's decision records with kind `inspect`: an allowed request's one audit line is
-    its close line (with its verdict's rule), not an allow line and a close line."""
+class InspectRecords:
+    """`ExchangeRecords` of kind `inspect`, over the proxy's `DecisionRecords`: an allowed
+    request's one audit line is its close line (with its verdict's rule), not an allow line and
+    a close line; refusals and counts are the proxy's."""
 
     def __init__(self, audit: AuditLog) -> None:
-        super().__init__(audit, kind=KIND)
+        self.records = DecisionRecords(audit, kind=KIND)
+        self.audit = audit
+
+    def record_allow(
+        self,
+        kind: str,
+        principal: Principal,
+        target: PinnedTarget,
+        *,
+        method: str | None = None,
+        path: str | None = None,
+        client: Mapping[str, Any] | None = None,
+        original_dst: str | None = None,
+    ) -> RequestLines:
+        lines = self.records.allow_lines(kind, principal, target, method=method, path=path, original_dst=original_dst)
+        self.write_allow(lines, client)
+        return lines
 
     def write_allow(self, lines: RequestLines, client: Mapping[str, Any] | None) -> None:
         # Counted now; written once, with the response, as the request's one line.
         lines.allow_counter.value += 1
 
+    def record_deny(
+        self,
+        kind: str,
+        principal: str | None,
+        host: str | None,
+        port: int | None,
+        *,
+        error: GatewayError,
+        generation: int,
+        client: Mapping[str, Any] | None = None,
+        claimed: str | None = None,
+        original_dst: str | None = None,
+        **extra: Any,
+    ) -> None:
+        self.records.record_deny(
+            kind,
+            principal,
+            host,
+            port,
+            error=error,
+            generation=generation,
+            client=client,
+            claimed=claimed,
+            original_dst=original_dst,
+            **extra,
+        )
+
+    def count_decision(self, kind: str, decision: str, code: str) -> None:
+        self.records.count_decision(kind, decision, code)
+
     def record_exchange_close(self, exchange: ClosingExchange, reason: str, duration_s: float | None = None) -> None:
-        decision, transfer = exchange.decision, exchange.transfer
+        decision = exchange.decision
         lines = decision.lines
         if lines is None:
             return
         verdict = decision.verdict
-        upstream = transfer.upstream
+        upstream = exchange.upstream
         target = lines.target
         outcome = verdict.verdict if verdict is not None and verdict.verdict != "uninspected" else "allow"
         metrics.INSPECTED_REQUESTS.labels(outcome, "none").inc()
@@ -174,9 +221,9 @@ class InspectRecords(DecisionRecords):
             address=(upstream.key[1] or None) if upstream is not None else None,
             method=lines.method,
             path=verdict.path if verdict is not None else lines.path,
-            status=transfer.status or None,
-            bytes_up=transfer.bytes_up,
-            bytes_down=transfer.bytes_down,
+            status=exchange.status or None,
+            bytes_up=exchange.bytes_up,
+            bytes_down=exchange.bytes_down,
             duration_s=round(time.monotonic() - exchange.started if duration_s is None else duration_s, 6),
             decision=outcome,
             rule=verdict.rule if verdict is not None and verdict.rule is not None else None,

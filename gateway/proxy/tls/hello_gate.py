@@ -20,7 +20,11 @@ from enum import Enum
 
 from gateway.proxy.tls.sni import (
     CONTENT_TYPE_HANDSHAKE,
+    HANDSHAKE_HEADER_BYTES,
+    LEGACY_VERSION_BYTES,
     MAX_PEEK_BYTES,
+    RANDOM_BYTES,
+    RECORD_LENGTH_AT,
     TLS_RECORD_HEADER_BYTES,
     ClientHelloPeek,
     PeekStatus,
@@ -31,8 +35,9 @@ from gateway.proxy.tls.sni import (
 HELLO_RETRY_REQUEST_RANDOM = bytes.fromhex("CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C")
 HANDSHAKE_SERVER_HELLO = 0x02
 CONTENT_TYPE_CHANGE_CIPHER_SPEC = 0x14
-# record header, handshake header, legacy_version, random
-SERVER_HELLO_PREFIX_BYTES = TLS_RECORD_HEADER_BYTES + 4 + 2 + 32
+# Where a ServerHello's random starts in its first record, and where it ends.
+_SERVER_RANDOM_AT = TLS_RECORD_HEADER_BYTES + HANDSHAKE_HEADER_BYTES + LEGACY_VERSION_BYTES
+SERVER_HELLO_PREFIX_BYTES = _SERVER_RANDOM_AT + RANDOM_BYTES
 # Client bytes held while the server's first flight is awaited; past it the owner stops reading.
 MAX_HELD_BYTES = 64 * 1024
 
@@ -50,7 +55,11 @@ def classify_server_flight(data: bytes) -> ServerFlight:
     if data[0] != CONTENT_TYPE_HANDSHAKE:
         return ServerFlight.OTHER
     if len(data) < SERVER_HELLO_PREFIX_BYTES:
-        record_length = int.from_bytes(data[3:5], "big") if len(data) >= TLS_RECORD_HEADER_BYTES else None
+        record_length = (
+            int.from_bytes(data[RECORD_LENGTH_AT:TLS_RECORD_HEADER_BYTES], "big")
+            if len(data) >= TLS_RECORD_HEADER_BYTES
+            else None
+        )
         if record_length is not None and record_length < SERVER_HELLO_PREFIX_BYTES - TLS_RECORD_HEADER_BYTES:
             # A ServerHello fragmented across tiny records: no real server does that. Counted as a
             # retry, so the client's next ClientHello, if any, is checked all the same.
@@ -58,8 +67,7 @@ def classify_server_flight(data: bytes) -> ServerFlight:
         return ServerFlight.NEED_MORE
     if data[TLS_RECORD_HEADER_BYTES] != HANDSHAKE_SERVER_HELLO:
         return ServerFlight.OTHER
-    start = TLS_RECORD_HEADER_BYTES + 4 + 2
-    if data[start : start + 32] == HELLO_RETRY_REQUEST_RANDOM:
+    if data[_SERVER_RANDOM_AT:SERVER_HELLO_PREFIX_BYTES] == HELLO_RETRY_REQUEST_RANDOM:
         return ServerFlight.RETRY
     return ServerFlight.OTHER
 
@@ -71,7 +79,8 @@ def skip_change_cipher_spec(data: bytes) -> bytes | None:
     while offset < len(data) and data[offset] == CONTENT_TYPE_CHANGE_CIPHER_SPEC:
         if len(data) - offset < TLS_RECORD_HEADER_BYTES:
             return None
-        end = offset + TLS_RECORD_HEADER_BYTES + int.from_bytes(data[offset + 3 : offset + 5], "big")
+        length = int.from_bytes(data[offset + RECORD_LENGTH_AT : offset + TLS_RECORD_HEADER_BYTES], "big")
+        end = offset + TLS_RECORD_HEADER_BYTES + length
         if end > len(data):
             return None
         offset = end

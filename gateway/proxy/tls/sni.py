@@ -17,7 +17,18 @@ from enum import Enum
 # this bound is not something a real client sends, so the peek gives up instead of buffering more.
 MAX_CLIENT_HELLO_BYTES = 16 * 1024
 MAX_PEEK_BYTES = MAX_CLIENT_HELLO_BYTES + 4 * 5 + 64
+# A record header (RFC 8446 section 5.1): content type (1 byte), legacy record version (2 bytes,
+# major version 3 for every SSL 3.0 / TLS version), length (2 bytes).
 TLS_RECORD_HEADER_BYTES = 5
+RECORD_VERSION_MAJOR_AT = 1
+TLS_MAJOR_VERSION = 0x03
+RECORD_LENGTH_AT = 3
+# A handshake message header (section 4): message type (1 byte), length (3 bytes).
+HANDSHAKE_HEADER_BYTES = 4
+HANDSHAKE_LENGTH_AT = 1
+# The fixed fields a ClientHello and a ServerHello start with (sections 4.1.2, 4.1.3).
+LEGACY_VERSION_BYTES = 2
+RANDOM_BYTES = 32
 CONTENT_TYPE_HANDSHAKE = 0x16
 HANDSHAKE_CLIENT_HELLO = 0x01
 EXTENSION_SERVER_NAME = 0x0000
@@ -57,16 +68,16 @@ def _reassemble(data: bytes) -> tuple[bytes, int] | ClientHelloPeek:
         return _NEED_MORE
     if data[0] != CONTENT_TYPE_HANDSHAKE:
         return ClientHelloPeek(PeekStatus.NOT_TLS, None, "first byte is not a TLS handshake record")
-    if len(data) >= 2 and data[1] != 0x03:
+    if len(data) > RECORD_VERSION_MAJOR_AT and data[RECORD_VERSION_MAJOR_AT] != TLS_MAJOR_VERSION:
         return ClientHelloPeek(PeekStatus.NOT_TLS, None, "record version is not TLS")
     handshake = bytearray()
     offset = 0
     while True:
         if len(data) - offset < TLS_RECORD_HEADER_BYTES:
             return _NEED_MORE if len(data) < MAX_PEEK_BYTES else _malformed("ClientHello too large")
-        if data[offset] != CONTENT_TYPE_HANDSHAKE or data[offset + 1] != 0x03:
+        if data[offset] != CONTENT_TYPE_HANDSHAKE or data[offset + RECORD_VERSION_MAJOR_AT] != TLS_MAJOR_VERSION:
             return _malformed("a non-handshake record interrupts the ClientHello")
-        length = int.from_bytes(data[offset + 3 : offset + 5], "big")
+        length = int.from_bytes(data[offset + RECORD_LENGTH_AT : offset + TLS_RECORD_HEADER_BYTES], "big")
         if length == 0 or length > MAX_CLIENT_HELLO_BYTES + 256:
             return _malformed(f"record length {length} is out of range")
         end = offset + TLS_RECORD_HEADER_BYTES + length
@@ -83,19 +94,19 @@ def _reassemble(data: bytes) -> tuple[bytes, int] | ClientHelloPeek:
 
 def _whole_hello(handshake: bytearray) -> bytes | ClientHelloPeek | None:
     """The ClientHello body once the reassembled handshake holds all of it (None: not yet)."""
-    if len(handshake) < 4:
+    if len(handshake) < HANDSHAKE_HEADER_BYTES:
         return None
     if handshake[0] != HANDSHAKE_CLIENT_HELLO:
         return _malformed("the first handshake message is not a ClientHello")
-    body_length = int.from_bytes(handshake[1:4], "big")
+    body_length = int.from_bytes(handshake[HANDSHAKE_LENGTH_AT:HANDSHAKE_HEADER_BYTES], "big")
     if body_length > MAX_CLIENT_HELLO_BYTES:
         return _malformed("ClientHello too large")
-    if len(handshake) > 4 + body_length:
+    if len(handshake) > HANDSHAKE_HEADER_BYTES + body_length:
         # A second handshake message in the ClientHello's record: no client sends one, and a
         # server could act on it after the checked one (a second ClientHello).
         return _malformed("bytes follow the ClientHello in its record")
-    if len(handshake) == 4 + body_length:
-        return bytes(handshake[4:])
+    if len(handshake) == HANDSHAKE_HEADER_BYTES + body_length:
+        return bytes(handshake[HANDSHAKE_HEADER_BYTES:])
     return None
 
 
@@ -166,8 +177,8 @@ def parse_client_hello(body: bytes) -> ClientHelloPeek:
     """SNI of a ClientHello handshake body (after the 4-byte handshake header)."""
     try:
         reader = _Reader(body)
-        reader.take(2)  # legacy_version
-        reader.take(32)  # random
+        reader.take(LEGACY_VERSION_BYTES)
+        reader.take(RANDOM_BYTES)
         reader.vector(1)  # legacy_session_id
         reader.vector(2)  # cipher_suites
         reader.vector(1)  # legacy_compression_methods
