@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 
+import pytest
 from dnslib import EDNS0, QTYPE, RCODE, DNSRecord
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -28,6 +29,10 @@ from gateway.dnsguard.wire import (
 )
 from gateway.policy.load import parse_policy
 from tests.harness.fuzz import examples
+
+# Hundreds of generated examples a test: seconds of CPU, left out of `make test-fast` (`make test`
+# runs them with their own bounded count, `make fuzz` with more).
+pytestmark = pytest.mark.slow
 
 POLICY = parse_policy(
     """version: 1

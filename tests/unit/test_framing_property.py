@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import h11
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -30,6 +31,10 @@ from gateway.proxy.http1.request_framing import (
 )
 from gateway.proxy.http1.response_framing import ResponseFraming
 from tests.harness.fuzz import examples
+
+# Hundreds of generated examples a test: seconds of CPU, left out of `make test-fast` (`make test`
+# runs them with their own bounded count, `make fuzz` with more).
+pytestmark = pytest.mark.slow
 
 FRAMING = examples(200)
 

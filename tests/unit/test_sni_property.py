@@ -13,11 +13,16 @@ import contextlib
 import ssl
 import struct
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.proxy.tls.sni import MAX_PEEK_BYTES, PeekStatus, peek_client_hello
 from tests.harness.fuzz import examples
+
+# Hundreds of generated examples a test: seconds of CPU, left out of `make test-fast` (`make test`
+# runs them with their own bounded count, `make fuzz` with more).
+pytestmark = pytest.mark.slow
 
 # A top-level label is never all digits (RFC 3696 2): such names ("0.0.0.0") are IP literals, for
 # which OpenSSL sends no server_name at all, so they are not host names this property is about.

@@ -17,6 +17,10 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.vet.urls import DEFAULT_PORTS, VettedHost, VettedUrl, refused_name_reason, vet_host, vet_url
 from tests.harness.fuzz import examples
 
+# Hundreds of generated examples a test: seconds of CPU, left out of `make test-fast` (`make test`
+# runs them with their own bounded count, `make fuzz` with more).
+pytestmark = pytest.mark.slow
+
 # Every port allowed, so that acceptance depends only on the URL's shape.
 ALL_PORTS = range(65536)
 FAST = examples(300)
@@ -95,7 +99,6 @@ def test_vet_url_on_arbitrary_text_accepts_a_fixed_point_or_refuses_as_unsafe_ur
     assert_url_is_a_fixed_point(raw)
 
 
-@pytest.mark.slow  # 300 examples: left out of make test-fast
 @FAST
 @given(urls)
 @example("http://[]@")  # yarl 1.25 raised IndexError on an empty host after brackets
@@ -110,7 +113,6 @@ def test_vet_host_on_arbitrary_text_accepts_a_fixed_point_or_refuses_as_unsafe_u
     assert_host_is_a_fixed_point(raw)
 
 
-@pytest.mark.slow  # 300 examples: left out of make test-fast
 @FAST
 @given(hosts)
 def test_vet_host_on_host_shaped_text_accepts_a_fixed_point_or_refuses_as_unsafe_url(raw: str) -> None:
