@@ -217,7 +217,7 @@ class ClientConnection(asyncio.Protocol):
         if self._audit_extra:
             fields = connection_fields_with(fields, **self._audit_extra)
         self.audit_fields = fields
-        self.context = ClientContext(self.transport, fields, original=self.original)
+        self.context = ClientContext(self.transport, fields, self.original)
         self.server.connections.add(self)
         self._limits.accepted(time.monotonic(), self.server.core.policy.current.policy.proxy.head_timeout_s)
         self._deadline.set_at(self._limits.at)
