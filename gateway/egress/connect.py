@@ -2,9 +2,11 @@
 
 TLS keeps SNI and certificate hostname verification against the original name while the socket
 goes to the pinned address; trust is certifi plus the operator's extra bundle, TLS 1.2 minimum.
-A CONNECT's dial (`PinnedDial`) runs without a task and reports to its owner; callers that run
-in a task of their own await `open_pinned_connection`. Both try the addresses in order, bound each
-attempt by `timeout_s` and fail as `connect_failure`. This module never resolves a name: it only
+A tunnel's dial (`PinnedDial`: CONNECT and transparent alike) runs without a task and reports to
+its owner; callers that run in a task of their own (and TLS upstreams) await
+`open_pinned_connection`. Both try the addresses in order, bound each attempt by `timeout_s` and
+fail as `connect_failure`, and give the same result for the same target (the address chosen, or
+the error; tests/integration/test_pinned_dial.py holds them to it). This module never resolves a name: it only
 dials IP addresses it is handed.
 """
 
@@ -94,12 +96,13 @@ class PinnedDial(Generic[P]):
     `DialDeadline`, the first that answers handed to the owner (or the last failure).
 
     No task: uvloop's `create_connection` is a coroutine, stepped here from its waiter's done
-    callback, as a Task would step it. A CONNECT's dial then costs no Task, no registration of one
-    in asyncio's task set, no done callback and no coroutine frames of ours resumed on each step
-    (about 12 k instructions per tunnel, bench/HISTORY.md). Whoever starts a dial keeps a reference
-    to it until the owner hears the outcome (the tunnel opener's `dialing` set, which its
-    listener's shutdown cancels), and `cancel` stops it as a Task is cancelled: the half-made
-    connection is closed by the loop's own handler for the CancelledError at its await.
+    callback, as a Task would step it. A tunnel's dial then costs no Task, no registration of one
+    in asyncio's task set, no done callback and no coroutine frames of ours resumed on each step:
+    about 20 k instructions per tunnel less than a task awaiting `open_pinned_connection`
+    (2026-12-02, bench/README.md "Structure"). Whoever starts a dial keeps a reference to it until
+    the owner hears the outcome (the tunnel opener's `dialing` set, which its listener's shutdown
+    cancels), and `cancel` stops it as a Task is cancelled: the half-made connection is closed by
+    the loop's own handler for the CancelledError at its await.
     """
 
     __slots__ = (
@@ -273,7 +276,7 @@ async def open_pinned_connection(
 
     Each address gets `timeout_s` (a loop timer), the TLS handshake included when `tls` is
     given (then verified for the target's name). For callers that run in a task of their own (the
-    forward dispatcher's fresh connections, the transparent listener): they await uvloop's
+    forward dispatcher's fresh connections, inspected upstreams): they await uvloop's
     `create_connection` directly. Awaiting a `PinnedDial` instead would add a wake-up per dial
     (the dial's callback, then the task's): 67.5 → 87.4 k instructions per dial, measured.
     """

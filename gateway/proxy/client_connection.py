@@ -12,7 +12,10 @@ accepted. Each absolute-URI request goes to `forward/dispatch.ForwardDispatcher`
 a task when cached state suffices); a CONNECT head goes to a `tunnel/attempt.TunnelAttempt` (the
 listener's `ConnectSurface`), which owns it to the splice: meanwhile this connection holds the
 client's early bytes, passes its wheel entry's expiry on (it bounds the dial), and gives its
-transport to the tunnel or to inspection when told. `server.py` owns the listener,
+transport to the tunnel or to inspection when told. Its requests go to the dispatcher it was
+given (an inspected connection's own, whose `ForwardSurface` is the connection's), and an upgrade
+request to its `Upgrades` if it has them (an inspected connection's WebSocket relay), else it is
+refused. `server.py` owns the listener,
 `forward/upstream.py` the upstream side of an exchange and `tunnel/splice.py` an established tunnel.
 
 Never resolves a name or dials a socket itself (the egress core decides; a tunnel attempt's
@@ -214,7 +217,7 @@ class ClientConnection(asyncio.Protocol):
         if self._audit_extra:
             fields = connection_fields_with(fields, **self._audit_extra)
         self.audit_fields = fields
-        self.context = ClientContext(self.transport, fields, original=self.original)
+        self.context = ClientContext(self.transport, fields, self.original)
         self.server.connections.add(self)
         self._limits.accepted(time.monotonic(), self.server.core.policy.current.policy.proxy.head_timeout_s)
         self._deadline.set_at(self._limits.at)

@@ -40,10 +40,9 @@ from gateway.transparent.destination import raw_rules_for_port
 from gateway.transparent.identify import FlightKind, classify_first_flight, describe_seen
 from gateway.transparent.original_dst import original_destination
 from gateway.transparent.ports import assign_ports
-from gateway.transparent.tunnel_surface import KIND, ServerName, TransparentSurface
+from gateway.transparent.tunnel_surface import KIND, RawRefusal, ServerName, TransparentSurface
 from gateway.transparent.verdicts import format_original, principal_for_port, still_allowed
 from gateway.vet.addresses import IPAddress
-from gateway.vet.urls import VettedHost
 
 LISTEN_BACKLOG = 4096
 
@@ -270,53 +269,21 @@ class TransparentConnection(asyncio.Protocol):
         http.take_over(self.transport, self.uid, self.original, held)
 
     async def _decide_raw(self) -> None:
-        """A raw TCP exception: the original address must be the rule's (or among its name's
-        vetted addresses) and pass the address guard; the dial goes to that very address."""
-        assert self.original is not None
-        assert self.principal is not None
-        loaded = self.loaded
-        address, port = self.original
-        matched: PinnedTarget | None = None
-        for rule in raw_rules_for_port(loaded.policy.transparent, port):
-            try:
-                if rule.ip is not None:
-                    if rule.ip != address:
-                        continue
-                    addresses: tuple[IPAddress, ...] = (rule.ip,)
-                else:
-                    addresses = (await self.listener.core.resolver.resolve(rule.host)).addresses
-                    if address not in addresses:
-                        continue
-                guard = self.listener.core.guard_for(loaded)
-                verdict = guard.vet(address)
-                if not verdict.allowed:
-                    raise GatewayError(
-                        ErrorCode.BLOCKED_DESTINATION,
-                        f"raw TCP to {verdict.reason}",
-                        rule=verdict.rule,
-                        rule_pattern=verdict.pattern,
-                    )
-            except GatewayError as error:
-                self._deny(error, host=rule.host)
-                return
-            matched = PinnedTarget(
-                VettedHost(rule.host, rule.ip),
-                port,
-                (address,),
-                loaded.generation,
-                0.0,
-                rule="transparent.raw_tcp",
-                rule_pattern=f"{rule.host}:{rule.port}",
-            )
-            break
-        if matched is None:
+        """A raw TCP exception of this port (`TransparentSurface.raw_target`): refused, spliced to
+        the original address, or not an exception after all."""
+        assert self.context is not None
+        decided = await self.listener.surface.raw_target(self.context)
+        if isinstance(decided, RawRefusal):
+            self._deny(decided.error, host=decided.host)
+            return
+        if decided is None:
             # Not an exception after all: judge the first flight like any other connection.
             self.deciding = False
             if self.held or self.eof:
                 self._identify(final=self.eof)
             return
         self.raw = True
-        self._start_attempt(None, decided=matched)
+        self._start_attempt(None, decided=decided)
 
     # the tunnel attempt ---------------------------------------------------------------------
     def _start_attempt(self, server_name: ServerName, *, decided: PinnedTarget | None = None) -> None:

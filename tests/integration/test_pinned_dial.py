@@ -1,8 +1,10 @@
 """`PinnedDial`, the dial that runs without a task: addresses in order, timeouts, cancellation, shutdown.
 
 Real sockets on loopback: a listener that answers, an address where nothing listens (refused), and
-a listener whose accept queue is full (the kernel drops the SYN, so a connect hangs). The last test
-runs the proxy in this process to see that a CONNECT's dial in flight is stopped by the listener's
+a listener whose accept queue is full (the kernel drops the SYN, so a connect hangs). The
+optimisation is held to the plain code: for the same target, `PinnedDial` chooses the same address
+or fails with the same error as `open_pinned_connection` awaited in a task. The last tests run the
+proxy in this process to see that a CONNECT's dial in flight is stopped by the listener's
 shutdown and gives its tunnel reservation back, as the cancelled dialing task did.
 """
 
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.egress.connect import PinnedDial
+from gateway.egress.connect import PinnedDial, open_pinned_connection
 from gateway.egress.own_addresses import own_addresses
 from gateway.egress.resolver import Resolver
 from gateway.egress.target import EgressCore, PinnedTarget
@@ -154,6 +156,83 @@ async def test_a_cancelled_dial_reports_a_cancellation_once(unanswering: socket.
     dial.attempt_timed_out()
     await asyncio.sleep(0.1)
     assert owner.outcomes == [("failed", None)]
+
+
+# ("connected", address) or ("failed", (code, message)).
+Outcome = tuple[str, str | tuple[ErrorCode, str]]
+
+
+async def _pinned_outcome(target: PinnedTarget, timeout_s: float) -> Outcome:
+    _, owner = await _dial(target, timeout_s)
+    await asyncio.wait_for(owner.reported.wait(), WAIT_S)
+    assert len(owner.outcomes) == 1, owner.outcomes
+    kind, result = owner.outcomes[0]
+    if isinstance(result, GatewayError):
+        return kind, (result.code, result.message)
+    assert isinstance(result, str)
+    return kind, result
+
+
+async def _plain_outcome(target: PinnedTarget, timeout_s: float) -> Outcome:
+    async def dial() -> Outcome:
+        try:
+            transport, _, address = await open_pinned_connection(target, asyncio.Protocol, timeout_s=timeout_s)
+        except GatewayError as error:
+            return "failed", (error.code, error.message)
+        transport.close()
+        return "connected", address
+
+    return await asyncio.wait_for(asyncio.get_running_loop().create_task(dial()), WAIT_S)
+
+
+# Each address of the target, in order: one that answers, one where nothing listens, one whose
+# accept queue is full (the attempt times out).
+@pytest.mark.parametrize(
+    ("kinds", "expected"),
+    [
+        (("answers", "hangs"), "connected"),
+        (("refuses", "answers"), "connected"),
+        (("hangs", "answers"), "connected"),
+        (("refuses", "hangs", "answers"), "connected"),
+        (("refuses", "refuses"), "failed"),
+        (("hangs",), "failed"),
+        (("refuses", "hangs"), "failed"),
+        (("hangs", "refuses"), "failed"),
+    ],
+    ids=[
+        "answering-first",
+        "refused-then-answering",
+        "unanswered-then-answering",
+        "refused-unanswered-answering",
+        "every-address-refused",
+        "the-one-address-unanswered",
+        "refused-then-unanswered",
+        "unanswered-then-refused",
+    ],
+)
+async def test_pinned_dial_gives_the_same_result_as_open_pinned_connection(
+    unanswering: socket.socket, origins: OriginFactory, kinds: tuple[str, ...], expected: str
+) -> None:
+    hanging_ip, port = unanswering.getsockname()
+    listener = _answering(origins.next_ip(), port)
+    refusing = origins.next_ip()  # nothing listens there
+    ips = {"answers": listener.getsockname()[0], "refuses": refusing, "hangs": hanging_ip}
+    target = _target(port, *(ips[kind] for kind in kinds))
+    try:
+        pinned = await _pinned_outcome(target, timeout_s=0.3)
+        plain = await _plain_outcome(target, timeout_s=0.3)
+    finally:
+        listener.close()
+    assert pinned == plain
+    assert pinned[0] == expected
+    if expected == "connected":
+        assert pinned[1] == ips["answers"]
+    else:
+        assert isinstance(pinned[1], tuple)
+        code, message = pinned[1]
+        assert code == ErrorCode.CONNECT_FAILURE
+        last = kinds[-1]
+        assert ("timed out" if last == "hangs" else "refused") in message
 
 
 def _in_process_proxy(tmp_path: Path, fake_dns: FakeDNS, ip: str, port: int) -> tuple[ProxyServer, AuditLog]:

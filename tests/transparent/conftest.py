@@ -21,6 +21,9 @@ from tests.transparent.netns import (
 
 # Enough A records that the answer does not fit 512 bytes of classic UDP.
 MANY = [f"203.0.113.{i}" for i in range(64, 104)]
+# Outside every subnet of the pod: routed into the internet namespace, which has no such host
+# and forwards nothing, so a SYN to it is dropped (neither answered nor refused).
+SILENT_V4 = "198.51.100.7"
 WORLD: dict[str, Any] = {
     "dns_ip": DNS_V4,
     "dns": {
@@ -30,6 +33,7 @@ WORLD: dict[str, Any] = {
         "private.example.org": [PRIVATE_V4],
         "mixed.example.org": [ORIGIN_V4, PRIVATE_V4],
         "many.example.org": MANY,
+        "silent.example.org": [SILENT_V4],
     },
     # TTL 0 (every lookup asks upstream) but for one name, whose caching the DNS tests watch.
     "dns_ttl": {"code.example.net": 60},

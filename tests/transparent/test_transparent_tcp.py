@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 
-from tests.transparent.conftest import transparent_policy
+from tests.transparent.conftest import SILENT_V4, transparent_policy
 from tests.transparent.netns import CODER_UID, GATEWAY_UID, ORIGIN_V4, ORIGIN_V6, OTHER_V4, POD_V4, Topology, line_time
 
 RAW_CLIENT = (
@@ -302,6 +302,35 @@ def test_a_reload_that_denies_an_open_tunnel_closes_it(pod: Topology) -> None:
     finally:
         agent.kill()
         agent.communicate(timeout=10)
+        pod.write_policy(transparent_policy())
+        pod.gateway.send_signal(signal.SIGHUP)
+
+
+def test_a_dial_that_gets_no_answer_ends_at_the_connect_timeout_with_its_lines(pod: Topology) -> None:
+    # The name's one address drops every SYN: only the connection's own wheel entry (the
+    # attempt's dial deadline) ends the dial, long before the kernel would give up (~2 min).
+    assert pod.gateway is not None
+    policy = transparent_policy()
+    policy["defaults"]["allow_cidrs"].append(f"{SILENT_V4}/32")
+    policy["proxy"] = {"connect_timeout_s": 0.3}
+    policy["principals"]["research"]["egress"]["allow_domains"].append("silent.example.org")
+    pod.write_policy(policy)
+    pod.gateway.send_signal(signal.SIGHUP)
+    try:
+        deadline = time.monotonic() + 15
+        closes: list[dict[str, object]] = []
+        while not closes and time.monotonic() < deadline:  # the reload is asynchronous to the signal
+            url, pinned = "https://silent.example.org/", f"silent.example.org:443:{ORIGIN_V4}"
+            pod.curl(url, "--resolve", pinned, "--max-time", "3")
+            lines = pod.wait_audit(lambda line: line.get("host") == "silent.example.org" and "close_reason" in line)
+            closes = [c for c in _transparent(lines, "close") if c.get("host") == "silent.example.org"]
+        assert closes, "the dial to an address that never answers did not end"
+        assert closes[-1]["close_reason"] == "connect_failure"
+        assert closes[-1]["bytes_up"] == 0
+        allowed = [d for d in _transparent(lines) if d.get("host") == "silent.example.org" and d["decision"] == "allow"]
+        assert allowed[-1]["addresses"] == [SILENT_V4]
+        assert allowed[-1]["original_dst"] == f"{ORIGIN_V4}:443"
+    finally:
         pod.write_policy(transparent_policy())
         pod.gateway.send_signal(signal.SIGHUP)
 

@@ -36,8 +36,9 @@ class ClientContext:
         self,
         transport: asyncio.Transport,
         audit_fields: Mapping[str, Any],
-        *,
+        # Positional from the forward proxy (one made per connection: keywords cost a dict).
         original: tuple[IPAddress, int] | None = None,
+        *,
         original_dst: str | None = None,
         principal: Principal | None = None,
         loaded: LoadedPolicy | None = None,

@@ -45,8 +45,13 @@ def any_case(name: bytes) -> bytes:
     """A pattern for `name` in any letter case: explicit classes, not re.IGNORECASE, which sre
     scans far slower."""
     return b"".join(
-        b"[%c%c]" % (char, char ^ 0x20) if 0x61 <= char <= 0x7A else re.escape(bytes([char])) for char in name
+        b"[%c%c]" % (char, char - _UPPER_CASE_OFFSET) if _LOWER_A <= char <= _LOWER_Z else re.escape(bytes([char]))
+        for char in name
     )
+
+
+_LOWER_A, _LOWER_Z = ord("a"), ord("z")
+_UPPER_CASE_OFFSET = ord("a") - ord("A")
 
 
 # A field named `close`: `Connection: close` makes it hop-by-hop too (RFC 9110 section 7.6.1), so

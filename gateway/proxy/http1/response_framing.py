@@ -69,13 +69,6 @@ class ResponseFraming:
         "status",
     )
 
-    # Declared here: `next_response` sets them again before `_start` in this file.
-    _streaming: bool
-    _out: list[bytes]
-    reusable: bool
-    _at_boundary: bool
-    _scanner: ResponseHeadScanner | None
-
     def __init__(
         self, memos: HeadMemos, *, head_only: bool, client_http10: bool, close_client: bool, id_field: bytes = b""
     ) -> None:
@@ -100,22 +93,7 @@ class ResponseFraming:
                 close_client=close_client,
                 id_field=id_field,
             )
-        # `_start`, less what a response that ended at the boundary and left the connection
-        # reusable already holds as a fresh framing would: no failure, no stall (a completing read
-        # resets it), not close-delimited (such a body never reaches the boundary), and the state
-        # of a head, which `on_headers_complete` reads from the head itself.
-        # Its output was taken (every `feed` returns it), and no head of the next exchange is held.
-        self._head_only = head_only
-        self._id_field = id_field
-        self._client_http10 = client_http10
-        self.close_client = close_client
-        self._scanner = None  # the caps count from zero for each exchange
-        self._streaming = False
-        self.head_sent = False
-        self.complete = False
-        self.body_bytes = 0
-        self.status = 0
-        self._at_boundary = False
+        self._start(head_only, client_http10, close_client, id_field)
         return self
 
     def _start(self, head_only: bool, client_http10: bool, close_client: bool, id_field: bytes) -> None:
@@ -128,9 +106,9 @@ class ResponseFraming:
         # Until the final head has been parsed, heads are cut out of the stream on raw bytes
         # (caps counted before llhttp sees a fragment); then the body is streaming. The scanner
         # is made for an exchange whose first read is not a whole final head (`feed`).
-        self._scanner = None
+        self._scanner: ResponseHeadScanner | None = None
         self._streaming = False
-        self._out = []
+        self._out: list[bytes] = []
         # The whole head llhttp is parsing (`on_headers_complete` reads its lines).
         self._head = b""
         self._chunk_to_client = False

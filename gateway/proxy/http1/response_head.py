@@ -49,22 +49,8 @@ class ResponseHeadScanner:
             end = data.find(HEAD_END)
             if end >= 0:
                 head_length = end + len(HEAD_END)
-                lines = data.count(b"\n", 0, head_length)
-                total = self._total + head_length
-                fields = self._fields + lines
-                heads = self._heads
-                if (
-                    total <= MAX_RESPONSE_HEAD_BYTES
-                    and fields <= MAX_RESPONSE_HEADERS + 2 * (heads + 1)
-                    and heads < MAX_INTERIM_RESPONSES + 1
-                ):
-                    # Within every cap: `_count` and `_complete_head` inline (once per response).
-                    self._total = total
-                    self._fields = fields
-                    self._heads = heads + 1
-                else:
-                    self._count(head_length, lines)  # raises
-                    self._complete_head()
+                self._count(head_length, data.count(b"\n", 0, head_length))
+                self._complete_head()
                 return data[:head_length], memoryview(data)[head_length:]
         buffer = self._buffer
         start = max(0, len(buffer) - 3)  # the terminator may straddle two reads

@@ -16,10 +16,11 @@ from enum import Enum
 # RFC 8446 section 5.1: a record carries at most 2^14 bytes of plaintext; a ClientHello larger than
 # this bound is not something a real client sends, so the peek gives up instead of buffering more.
 MAX_CLIENT_HELLO_BYTES = 16 * 1024
-MAX_PEEK_BYTES = MAX_CLIENT_HELLO_BYTES + 4 * 5 + 64
 # A record header (RFC 8446 section 5.1): content type (1 byte), legacy record version (2 bytes,
 # major version 3 for every SSL 3.0 / TLS version), length (2 bytes).
 TLS_RECORD_HEADER_BYTES = 5
+# The ClientHello, the headers of the few records it may be fragmented over, and some slack.
+MAX_PEEK_BYTES = MAX_CLIENT_HELLO_BYTES + 4 * TLS_RECORD_HEADER_BYTES + 64
 RECORD_VERSION_MAJOR_AT = 1
 TLS_MAJOR_VERSION = 0x03
 RECORD_LENGTH_AT = 3

@@ -206,8 +206,11 @@ class TunnelAttempt(Generic[Ask]):
                 self._reserve(principal)
             target = self.opener.core.pin_cached(principal, host, port, self.loaded)
             # Chosen once the name is allowed, before any lookup: an inspected host without an
-            # interception CA is refused as such, whatever its DNS says.
-            inspected = self._inspected(principal, host.name, port)
+            # interception CA is refused as such, whatever its DNS says. Most policies inspect
+            # nothing: three fields tested before the choice is looked up.
+            policy = self.loaded.policy
+            inspects_any = principal.inspect or policy.defaults.inspect or policy.credentials.entries
+            inspected = self._inspected(principal, host.name, port) if inspects_any else False
         except GatewayError as error:
             self._refuse(error)
             return
@@ -258,11 +261,7 @@ class TunnelAttempt(Generic[Ask]):
         """The one choice of the hand-over: whether a host an `inspect` entry names (or a bound
         credential) is terminated rather than spliced; refused when no interception CA is
         configured (a bypass comes only from policy)."""
-        policy = self.loaded.policy
-        # Most policies inspect nothing: one test of three fields before the lookup.
-        if not (principal.inspect or policy.defaults.inspect or policy.credentials.entries):
-            return False
-        if not inspects_host(policy, principal, name, port, tls=True):
+        if not inspects_host(self.loaded.policy, principal, name, port, tls=True):
             return False
         if self.surface.inspection is None:
             raise GatewayError(
