@@ -35,15 +35,13 @@ class ConnectListener(Protocol):
     """What the surface reads from its listener (`server.ProxyServer`) when an attempt needs it."""
 
     @property
-    def loop(self) -> asyncio.AbstractEventLoop | None: ...
-    @property
     def inspection(self) -> Inspection | None: ...
 
 
 class ConnectSurface:
     """`TunnelSurface` of the forward proxy's CONNECT, one per listener; the ask is the head."""
 
-    __slots__ = ("caches", "latency", "listener", "opener")
+    __slots__ = ("caches", "latency", "listener", "loop", "opener")
 
     kind: str = KIND
     reserve_first: bool = True  # before the decision: a burst of CONNECTs cannot overshoot the limits
@@ -54,10 +52,7 @@ class ConnectSurface:
         self.opener = opener
         self.caches = caches
         self.latency = metrics.CONNECT_SECONDS.labels(KIND)
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop | None:
-        return self.listener.loop
+        self.loop: asyncio.AbstractEventLoop | None = None  # the listener's, set as it starts
 
     @property
     def inspection(self) -> Inspection | None:
