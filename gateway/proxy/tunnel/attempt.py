@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from gateway.egress.connect import PinnedDial
@@ -119,8 +119,11 @@ class TunnelSurface(Protocol[Ask]):
         """Who the refused client claimed to be when no principal was found (its line names it)."""
         ...
 
-    def destination(self, attempt: TunnelAttempt[Ask], target: PinnedTarget) -> PinnedTarget:
-        """The target to dial for the egress core's decision; raise a `GatewayError` to refuse."""
+    @property
+    def destination(self) -> Callable[[TunnelAttempt[Ask], PinnedTarget], PinnedTarget] | None:
+        """What destination means: the target to dial for the egress core's decision (raise a
+        `GatewayError` to refuse), or None where the decision is dialed as it is (no call per
+        tunnel for nothing)."""
         ...
 
     def established(self, conn: object) -> bytes:
@@ -261,11 +264,13 @@ class TunnelAttempt(Generic[Ask]):
 
     def _decided(self, target: PinnedTarget, inspected: bool) -> None:
         """The listener's destination rule, then the hand-over chosen: inspection or a splice."""
-        try:
-            target = self.surface.destination(self, target)
-        except GatewayError as error:
-            self._refuse(error)
-            return
+        destination = self.surface.destination
+        if destination is not None:
+            try:
+                target = destination(self, target)
+            except GatewayError as error:
+                self._refuse(error)
+                return
         if inspected:
             self._hand_to_inspection(target)
         else:

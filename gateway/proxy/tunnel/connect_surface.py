@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from gateway.egress.target import PinnedTarget
 from gateway.errors import GatewayError
 from gateway.observe import metrics
 from gateway.policy.model import SniMode
@@ -46,6 +45,7 @@ class ConnectSurface:
     kind: str = KIND
     reserve_first: bool = True  # before the decision: a burst of CONNECTs cannot overshoot the limits
     sni: SniMode | None = None  # the policy's mode
+    destination: None = None  # the egress core's decision is dialed as it is
 
     def __init__(self, listener: ConnectListener, opener: TunnelOpener, caches: DecisionCaches) -> None:
         self.listener = listener
@@ -67,9 +67,6 @@ class ConnectSurface:
 
     def claimed_principal(self, attempt: TunnelAttempt[ConnectHead]) -> str | None:
         return self.caches.claimed_principal(attempt.ask.authorization)
-
-    def destination(self, attempt: TunnelAttempt[ConnectHead], target: PinnedTarget) -> PinnedTarget:
-        return target  # the egress core's decision as it is
 
     def established(self, conn: object) -> bytes:
         if not isinstance(conn, str):
