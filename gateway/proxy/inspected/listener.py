@@ -2,7 +2,7 @@
 
 Owns `InspectListener`, the `client_connection.ListenerState` of inspected connections (as
 `transparent/http.PortListener` is a transparent port's): the forward proxy's egress core, timer
-wheel, tunnel bookkeeping, head memos and decision caches, with records of kind `inspect`
+wheel, head memos and decision caches, with records of kind `inspect`
 (`requests.InspectRecords`), a pool of TLS upstreams apart from plain HTTP's, the upgrade relays
 open, and the record of a TLS handshake that failed before any request. It makes each
 connection's dispatcher (`dispatcher_for`: the connection's own surface over this shared state).
@@ -52,7 +52,6 @@ class InspectListener:
         self.core = proxy.core
         self.audit = proxy.audit
         self.wheel = proxy.wheel
-        self.tunnels = proxy.tunnels
         # The forward proxy's: an agent sends the same heads and names inside TLS as outside it.
         self.head_memos = proxy.head_memos
         self.caches = proxy.caches
