@@ -5,9 +5,9 @@ Owns a CONNECT's and a transparent connection's way to a tunnel, read top to bot
 surface says so, so that a burst cannot overshoot the limits), decides from cached state without
 a task and chooses the hand-over (`_inspected`: the one place that chooses inspection over a
 splice); on a DNS-cache miss `_resolve` is the one owned task; `_decided` applies the listener's
-destination rule and hands over to inspection (`_hand_to_inspection`) or to `_splice`, which
-reserves (if not yet) and dials with a `PinnedDial` (no task, each attempt bounded by the client
-connection's wheel entry, this object being its `DialDeadline`); `dial_connected` gives the
+destination rule and hands over to inspection (`_hand_to_inspection`) or splices: reserves (if not
+yet) and dials with a `PinnedDial` (no task, each attempt bounded by the client connection's
+wheel entry, this object being its `DialDeadline`); `dial_connected` gives the
 client to a `Tunnel`. `state` names where it is (`AttemptState`). The reservation is given back
 by `_settle` on every path but the splice, whose `Tunnel` holds it until
 `TunnelOpener.tunnel_closed`.
@@ -242,11 +242,12 @@ class TunnelAttempt(Generic[Ask]):
 
     def start_decided(self, target: PinnedTarget) -> None:
         """An attempt decided before it began (a raw TCP exception, on its address alone): not
-        TLS, so never inspected; straight to the splice."""
+        TLS, so never inspected; straight to the splice (its address is the original one, which
+        the destination rule keeps)."""
         self.host = target.host
         self.host_name = target.name
         self.port = target.port
-        self._splice(target)
+        self._decided(target, False)
 
     async def _resolve(self, principal: Principal, host: VettedHost, port: int, inspected: bool) -> None:
         try:
@@ -263,7 +264,8 @@ class TunnelAttempt(Generic[Ask]):
             dial.cancel()  # the listener shut down while DNS answered: it stops no dial made later
 
     def _decided(self, target: PinnedTarget, inspected: bool) -> None:
-        """The listener's destination rule, then the hand-over chosen: inspection or a splice."""
+        """The listener's destination rule, then the hand-over chosen: inspection, or a splice:
+        reserve (if the surface did not before deciding), then dial without a task."""
         destination = self.surface.destination
         if destination is not None:
             try:
@@ -273,8 +275,31 @@ class TunnelAttempt(Generic[Ask]):
                 return
         if inspected:
             self._hand_to_inspection(target)
-        else:
-            self._splice(target)
+            return
+        opener = self.opener
+        if not self._reserved:
+            principal = self.principal
+            assert principal is not None
+            try:
+                opener.reserve(principal.name, self.loaded.policy.proxy)
+            except GatewayError as error:
+                self._refuse(error)
+                return
+            self._reserved = True
+        loop = self.surface.loop
+        assert loop is not None  # set as the listener starts, before any connection
+        self.state = DIALING
+        dial = self._dial = PinnedDial(
+            loop,
+            target,
+            opener.upstream_protocol,
+            self,
+            timeout_s=self.loaded.policy.proxy.connect_timeout_s,
+            deadline=self,
+        )
+        # Referenced until its outcome is told, so that the listener's shutdown reaches it.
+        opener.dialing.add(dial)
+        dial.start()
 
     def _inspected(self, principal: Principal, name: str, port: int) -> bool:
         """The one choice of the hand-over: whether a host an `inspect` entry names (or a bound
@@ -323,33 +348,6 @@ class TunnelAttempt(Generic[Ask]):
             audit_fields=context.audit_fields,
             preface=self.surface.established(context.audit_fields.get("conn")),
         )
-
-    def _splice(self, target: PinnedTarget) -> None:
-        """Reserve (if the surface did not before deciding), then dial without a task."""
-        opener = self.opener
-        if not self._reserved:
-            principal = self.principal
-            assert principal is not None
-            try:
-                opener.reserve(principal.name, self.loaded.policy.proxy)
-            except GatewayError as error:
-                self._refuse(error)
-                return
-            self._reserved = True
-        loop = self.surface.loop
-        assert loop is not None  # set as the listener starts, before any connection
-        self.state = DIALING
-        dial = self._dial = PinnedDial(
-            loop,
-            target,
-            opener.upstream_protocol,
-            self,
-            timeout_s=self.loaded.policy.proxy.connect_timeout_s,
-            deadline=self,
-        )
-        # Referenced until its outcome is told, so that the listener's shutdown reaches it.
-        opener.dialing.add(dial)
-        dial.start()
 
     # DialDeadline (gateway.egress.dial_deadline): the connection's wheel entry, which has nothing
     # else due while the upstream is dialed, bounds each attempt: no loop timer per dial.
