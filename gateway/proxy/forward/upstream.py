@@ -254,8 +254,8 @@ class UpstreamConnection(asyncio.Protocol):
             )
         )
         assert self.transport is not None
-        held = exchange.take_held_body()
-        self.transport.write(head + held if held else head)
+        # Most requests have no body held by now (a GET's head ends it): no call for those.
+        self.transport.write(head + exchange.take_held_body() if exchange.pending else head)
 
     def finish(self) -> None:
         """Response and request both complete: hand the client back and park or drop this one."""
