@@ -512,7 +512,7 @@ class ClientConnection(asyncio.Protocol):
         exchange = self._exchange
         if exchange is None or self._closed:
             return
-        target, principal = exchange.decision.target, exchange.decision.principal
+        target, principal = exchange.target, exchange.principal
         if target is None or principal is None:
             return
         upstream = exchange.upstream
