@@ -208,11 +208,8 @@ class InspectRecords:
         verdict = exchange.verdict
         upstream = exchange.upstream
         target = lines.target
-        outcome = verdict.verdict if verdict is not None and verdict.verdict != "uninspected" else "allow"
-        metrics.INSPECTED_REQUESTS.labels(outcome, "none").inc()
-        self.audit.write(
-            "close",
-            kind=KIND,
+        write_inspected_close(
+            self.audit,
             principal=lines.principal,
             host=target.name,
             port=target.port,
@@ -222,12 +219,60 @@ class InspectRecords:
             status=exchange.status or None,
             bytes_up=exchange.bytes_up,
             bytes_down=exchange.bytes_down,
-            duration_s=round(time.monotonic() - exchange.started if duration_s is None else duration_s, 6),
-            decision=outcome,
-            rule=verdict.rule if verdict is not None and verdict.rule is not None else None,
+            duration_s=time.monotonic() - exchange.started if duration_s is None else duration_s,
+            verdict=verdict.verdict if verdict is not None else "allow",
+            rule=verdict.rule if verdict is not None else None,
             code=str(verdict.code) if verdict is not None and verdict.code is not None else None,
-            close_reason=reason,
-            outcome=outcome_for_close(reason),
+            reason=reason,
             generation=target.generation,
-            **exchange.client.audit_fields,
+            audit_fields=exchange.client.audit_fields,
         )
+
+
+def write_inspected_close(
+    audit: AuditLog,
+    *,
+    principal: str,
+    host: str,
+    port: int,
+    address: str | None,
+    method: str | None,
+    path: str | None,
+    status: int | None,
+    bytes_up: int,
+    bytes_down: int,
+    duration_s: float,
+    verdict: str,
+    rule: str | None,
+    reason: str,
+    generation: int,
+    audit_fields: Mapping[str, Any],
+    upgrade: str | None = None,
+    code: str | None = None,
+) -> None:
+    """The close line of one inspected request or WebSocket upgrade, and its count: the one
+    place both are written, so the two kinds of inspected traffic read the same in the audit."""
+    decision = verdict if verdict != "uninspected" else "allow"
+    metrics.INSPECTED_REQUESTS.labels(decision, "none").inc()
+    audit.write(
+        "close",
+        kind=KIND,
+        principal=principal,
+        host=host,
+        port=port,
+        address=address,
+        method=method,
+        path=path,
+        status=status,
+        upgrade=upgrade,
+        bytes_up=bytes_up,
+        bytes_down=bytes_down,
+        duration_s=round(duration_s, 6),
+        decision=decision,
+        rule=rule,
+        code=code,
+        close_reason=reason,
+        outcome=outcome_for_close(reason),
+        generation=generation,
+        **audit_fields,
+    )

@@ -21,7 +21,6 @@ from gateway.egress.connect import open_pinned_connection
 from gateway.errors import ErrorCode, GatewayError
 from gateway.inspect.request_hook import InspectedRequest, judge_inspected_request
 from gateway.observe import metrics
-from gateway.observe.verdicts import outcome_for_close
 from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.client_connection import ClientConnection
 from gateway.proxy.http1.heads import error_response
@@ -34,7 +33,7 @@ from gateway.proxy.inspected.relay import (
     upgrade_fields,
     upstream_upgrade_head,
 )
-from gateway.proxy.inspected.requests import KIND, TLS_DEFAULT_PORT, InspectedRequests
+from gateway.proxy.inspected.requests import KIND, TLS_DEFAULT_PORT, InspectedRequests, write_inspected_close
 from gateway.tasks import spawn
 
 
@@ -97,11 +96,8 @@ class InspectedUpgrades:
 
         def closed(outcome: RelayOutcome) -> None:
             listener.relays.discard(relay)
-            decision = verdict.verdict if verdict.verdict != "uninspected" else "allow"
-            metrics.INSPECTED_REQUESTS.labels(decision, "none").inc()
-            listener.audit.write(
-                "close",
-                kind=KIND,
+            write_inspected_close(
+                listener.audit,
                 principal=surface.principal,
                 host=surface.host,
                 port=surface.port,
@@ -112,13 +108,12 @@ class InspectedUpgrades:
                 upgrade=upgrade or None,
                 bytes_up=outcome.bytes_up,
                 bytes_down=outcome.bytes_down,
-                duration_s=round(outcome.duration_s, 6),
-                decision=decision,
+                duration_s=outcome.duration_s,
+                verdict=verdict.verdict,
                 rule=verdict.rule,
-                close_reason=outcome.reason,
-                outcome=outcome_for_close(outcome.reason),
+                reason=outcome.reason,
                 generation=loaded.generation,
-                **audit_fields,
+                audit_fields=audit_fields,
             )
             listener.activity_ended()  # wakes a drain waiting for this relay
 
