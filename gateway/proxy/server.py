@@ -73,7 +73,7 @@ class ProxyServer:
         return port
 
     async def start(self, host: str, port: int) -> None:
-        loop = self.loop = asyncio.get_running_loop()
+        loop = self.loop = self.connect_surface.loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             functools.partial(ClientConnection, self, self.dispatcher),
             host,

@@ -67,7 +67,7 @@ class TransparentListener:
         self.surface = TransparentSurface(self, tunnels)
 
     async def start(self, addresses: tuple[ListenAddress, ...], uids: list[int]) -> None:
-        loop = self.loop = asyncio.get_running_loop()
+        loop = self.loop = self.surface.loop = asyncio.get_running_loop()
         for listen in addresses:
             for assignment in assign_ports(listen.port, uids):
                 server = await loop.create_server(

@@ -49,15 +49,13 @@ class TransparentSide(Protocol):
     """What the surface reads from its listener (`listener.TransparentListener`) when needed."""
 
     @property
-    def loop(self) -> asyncio.AbstractEventLoop | None: ...
-    @property
     def inspection(self) -> Inspection | None: ...
 
 
 class TransparentSurface:
     """`TunnelSurface` of the transparent listener's TLS connections, one per listener."""
 
-    __slots__ = ("_hosts", "latency", "listener", "opener")
+    __slots__ = ("_hosts", "latency", "listener", "loop", "opener")
 
     kind: str = KIND
     reserve_first: bool = False
@@ -68,10 +66,7 @@ class TransparentSurface:
         self.opener = opener
         self.latency = metrics.CONNECT_SECONDS.labels(KIND)
         self._hosts: BoundedMemo[str, VettedHost] = BoundedMemo(MAX_CACHED_HOSTS)
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop | None:
-        return self.listener.loop
+        self.loop: asyncio.AbstractEventLoop | None = None  # the listener's, set as it starts
 
     @property
     def inspection(self) -> Inspection | None:

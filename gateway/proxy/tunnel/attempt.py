@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from gateway.egress.connect import PinnedDial
@@ -53,6 +53,19 @@ class AttemptState(enum.Enum):
     REFUSED = "refused"  # a decision refused it: its deny line written, the client told
     FAILED = "failed"  # every address failed, or the dial was stopped: allow and close lines
     ABANDONED = "abandoned"  # the client (or the listener) went away while the upstream was dialed
+
+
+# The states as module names, read on every tunnel: under Python 3.11 each `AttemptState.X` read
+# goes through `EnumType.__getattr__`'s slot hook, about 0.8 k instructions more than a global's
+# (bench/HISTORY.md, "Tunnel cost"). Stored and compared as the enum's members all the same.
+DECIDING = AttemptState.DECIDING
+RESOLVING = AttemptState.RESOLVING
+DIALING = AttemptState.DIALING
+OPEN = AttemptState.OPEN
+INSPECTED = AttemptState.INSPECTED
+REFUSED = AttemptState.REFUSED
+FAILED = AttemptState.FAILED
+ABANDONED = AttemptState.ABANDONED
 
 
 class Inspection(Protocol):
@@ -89,9 +102,9 @@ class TunnelSurface(Protocol[Ask]):
     sni: SniMode | None
     latency: HistogramChild
     opener: TunnelOpener
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop | None: ...
+    # The listener's loop, set as it starts (before any connection): an attribute, not a
+    # property, as it is read on every dial.
+    loop: asyncio.AbstractEventLoop | None
 
     @property
     def inspection(self) -> Inspection | None: ...
@@ -106,8 +119,11 @@ class TunnelSurface(Protocol[Ask]):
         """Who the refused client claimed to be when no principal was found (its line names it)."""
         ...
 
-    def destination(self, attempt: TunnelAttempt[Ask], target: PinnedTarget) -> PinnedTarget:
-        """The target to dial for the egress core's decision; raise a `GatewayError` to refuse."""
+    @property
+    def destination(self) -> Callable[[TunnelAttempt[Ask], PinnedTarget], PinnedTarget] | None:
+        """What destination means: the target to dial for the egress core's decision (raise a
+        `GatewayError` to refuse), or None where the decision is dialed as it is (no call per
+        tunnel for nothing)."""
         ...
 
     def established(self, conn: object) -> bytes:
@@ -181,7 +197,7 @@ class TunnelAttempt(Generic[Ask]):
         # tunnel's idle time and lifetime.
         self.deadline = deadline
         self.ask = ask
-        self.state = AttemptState.DECIDING
+        self.state = DECIDING
         # The policy the listener found the principal under (a transparent port's), else the one
         # in force now: the whole attempt is decided under it.
         self.loaded: LoadedPolicy = context.loaded or surface.opener.core.loaded
@@ -203,7 +219,8 @@ class TunnelAttempt(Generic[Ask]):
             assert host is not None
             assert port is not None
             if surface.reserve_first:
-                self._reserve(principal)
+                self.opener.reserve(principal.name, self.loaded.policy.proxy)
+                self._reserved = True
             target = self.opener.core.pin_cached(principal, host, port, self.loaded)
             # Chosen once the name is allowed, before any lookup: an inspected host without an
             # interception CA is refused as such, whatever its DNS says. Most policies inspect
@@ -217,7 +234,7 @@ class TunnelAttempt(Generic[Ask]):
         if target is None:
             # The decision waits for DNS, in the attempt's one task. Nothing is due until the
             # dial's first attempt starts (the lookup has its own timeout).
-            self.state = AttemptState.RESOLVING
+            self.state = RESOLVING
             self.deadline.clear()
             spawn(self._resolve(principal, host, port, inspected), name=f"{surface.kind}-resolve", loop=surface.loop)
             return
@@ -247,11 +264,13 @@ class TunnelAttempt(Generic[Ask]):
 
     def _decided(self, target: PinnedTarget, inspected: bool) -> None:
         """The listener's destination rule, then the hand-over chosen: inspection or a splice."""
-        try:
-            target = self.surface.destination(self, target)
-        except GatewayError as error:
-            self._refuse(error)
-            return
+        destination = self.surface.destination
+        if destination is not None:
+            try:
+                target = destination(self, target)
+            except GatewayError as error:
+                self._refuse(error)
+                return
         if inspected:
             self._hand_to_inspection(target)
         else:
@@ -271,10 +290,6 @@ class TunnelAttempt(Generic[Ask]):
         return True
 
     # the reservation --------------------------------------------------------------------------
-    def _reserve(self, principal: Principal) -> None:
-        self.opener.reserve(principal.name, self.loaded.policy.proxy)
-        self._reserved = True
-
     def _settle(self) -> None:
         """Give the reservation back, once: every path but the splice, whose tunnel holds it."""
         if self._reserved:
@@ -287,7 +302,7 @@ class TunnelAttempt(Generic[Ask]):
     def _hand_to_inspection(self, target: PinnedTarget) -> None:
         # Inspected requests are limited per request (the pool, the deadlines), not as a tunnel.
         self._settle()
-        self.state = AttemptState.INSPECTED
+        self.state = INSPECTED
         client, service, principal = self.client, self.surface.inspection, self.principal
         assert service is not None
         assert principal is not None
@@ -311,18 +326,19 @@ class TunnelAttempt(Generic[Ask]):
 
     def _splice(self, target: PinnedTarget) -> None:
         """Reserve (if the surface did not before deciding), then dial without a task."""
+        opener = self.opener
         if not self._reserved:
             principal = self.principal
             assert principal is not None
             try:
-                self._reserve(principal)
+                opener.reserve(principal.name, self.loaded.policy.proxy)
             except GatewayError as error:
                 self._refuse(error)
                 return
+            self._reserved = True
         loop = self.surface.loop
         assert loop is not None  # set as the listener starts, before any connection
-        opener = self.opener
-        self.state = AttemptState.DIALING
+        self.state = DIALING
         dial = self._dial = PinnedDial(
             loop,
             target,
@@ -366,13 +382,13 @@ class TunnelAttempt(Generic[Ask]):
         gone = self.client.gone_reason()
         if gone is not None:
             # The allowed decision and a close line still reach the audit trail.
-            self.state = AttemptState.ABANDONED
+            self.state = ABANDONED
             transport.close()
             self._settle()
             self._never_opened(principal, target, gone)
             self.client.attempt_ended(b"")
             return
-        self.state = AttemptState.OPEN
+        self.state = OPEN
         client_transport = context.transport
         established = surface.established(context.audit_fields.get("conn"))
         if established:
@@ -402,7 +418,7 @@ class TunnelAttempt(Generic[Ask]):
         self._dial = None
         self.opener.dialing.discard(dial)
         self._settle()
-        self.state = AttemptState.FAILED
+        self.state = FAILED
         target = dial.target
         if error is not None:
             if error.destination is None:
@@ -438,7 +454,7 @@ class TunnelAttempt(Generic[Ask]):
     def _refuse(self, error: GatewayError) -> None:
         """A refusal: its deny line (naming what was found so far), the reservation given back,
         the client told as the surface says."""
-        self.state = AttemptState.REFUSED
+        self.state = REFUSED
         self._settle()
         principal, context = self.principal, self.context
         self.opener.records.record_deny(

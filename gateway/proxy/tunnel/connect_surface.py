@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from gateway.egress.target import PinnedTarget
 from gateway.errors import GatewayError
 from gateway.observe import metrics
 from gateway.policy.model import SniMode
@@ -35,29 +34,25 @@ class ConnectListener(Protocol):
     """What the surface reads from its listener (`server.ProxyServer`) when an attempt needs it."""
 
     @property
-    def loop(self) -> asyncio.AbstractEventLoop | None: ...
-    @property
     def inspection(self) -> Inspection | None: ...
 
 
 class ConnectSurface:
     """`TunnelSurface` of the forward proxy's CONNECT, one per listener; the ask is the head."""
 
-    __slots__ = ("caches", "latency", "listener", "opener")
+    __slots__ = ("caches", "latency", "listener", "loop", "opener")
 
     kind: str = KIND
     reserve_first: bool = True  # before the decision: a burst of CONNECTs cannot overshoot the limits
     sni: SniMode | None = None  # the policy's mode
+    destination: None = None  # the egress core's decision is dialed as it is
 
     def __init__(self, listener: ConnectListener, opener: TunnelOpener, caches: DecisionCaches) -> None:
         self.listener = listener
         self.opener = opener
         self.caches = caches
         self.latency = metrics.CONNECT_SECONDS.labels(KIND)
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop | None:
-        return self.listener.loop
+        self.loop: asyncio.AbstractEventLoop | None = None  # the listener's, set as it starts
 
     @property
     def inspection(self) -> Inspection | None:
@@ -72,9 +67,6 @@ class ConnectSurface:
 
     def claimed_principal(self, attempt: TunnelAttempt[ConnectHead]) -> str | None:
         return self.caches.claimed_principal(attempt.ask.authorization)
-
-    def destination(self, attempt: TunnelAttempt[ConnectHead], target: PinnedTarget) -> PinnedTarget:
-        return target  # the egress core's decision as it is
 
     def established(self, conn: object) -> bytes:
         if not isinstance(conn, str):
