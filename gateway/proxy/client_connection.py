@@ -342,8 +342,9 @@ class ClientConnection(asyncio.Protocol):
 
     def response_finished(self, exchange: ForwardExchange, *, keep_alive: bool, reason: str) -> None:
         # One histogram per request (latency); sizes are in the close audit line, which takes
-        # the same duration.
-        duration_s = time.monotonic() - exchange.started
+        # the same duration. One clock read for it and the keep-alive idle deadline.
+        now = time.monotonic()
+        duration_s = now - exchange.started
         _FORWARD_SECONDS.observe(duration_s)
         server = self.server
         server.records.record_exchange_close(exchange, reason, duration_s)
@@ -356,7 +357,7 @@ class ClientConnection(asyncio.Protocol):
         if not self._limits.keep_alive(exchange.request.keep_alive, keep_alive, exchange.body_done, server.draining):
             self._close()
             return
-        self._next_exchange()
+        self._next_exchange(now)
 
     def fail_exchange(self, exchange: ForwardExchange, code: str, message: str) -> None:
         """The upstream failed mid-exchange: a 502 if nothing was sent yet, else cut the stream."""
@@ -392,18 +393,20 @@ class ClientConnection(asyncio.Protocol):
         conn = self.audit_fields.get("conn")
         self.transport.write(error_response(error, keep_alive=keep, conn=conn, default_port=self._refusal_port))
         if keep:
-            self._next_exchange()
+            self._next_exchange(time.monotonic())
         else:
             self._close()
 
-    def _next_exchange(self) -> None:
+    def _next_exchange(self, now: float) -> None:
+        """The next queued request starts, or the keep-alive idle deadline runs from `now` (the
+        clock the finished exchange's close read)."""
         if self._queued:
             exchange = self._exchange = self._queued.popleft()
             if not self._queued:
                 self.resume_client_reading(PauseReason.PIPELINE)
             self._dispatcher.start(exchange)
             return
-        self._limits.response_finished(time.monotonic(), self.server.core.policy.current.policy.proxy.idle_timeout_s)
+        self._limits.response_finished(now, self.server.core.policy.current.policy.proxy.idle_timeout_s)
         self._deadline.set_at(self._limits.at)
 
     def _begin_connect(self, head: ConnectHead) -> None:
@@ -509,7 +512,7 @@ class ClientConnection(asyncio.Protocol):
         exchange = self._exchange
         if exchange is None or self._closed:
             return
-        target, principal = exchange.decision.target, exchange.decision.principal
+        target, principal = exchange.target, exchange.principal
         if target is None or principal is None:
             return
         upstream = exchange.upstream

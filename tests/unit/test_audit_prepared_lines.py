@@ -297,9 +297,9 @@ def _exchange(
     """An allowed request, as the dispatcher leaves it: its allow line written, its lines held."""
     request = ParsedRequest(method.encode(), b"http://a/", b"", b"", None, frozenset(), False, False, True)
     exchange = ForwardExchange(request, cast(ClientSide, _Client(client)))
-    exchange.decision.target = target
-    exchange.decision.principal = Principal(principal)
-    exchange.decision.lines = decisions.record_allow(
+    exchange.target = target
+    exchange.principal = Principal(principal)
+    exchange.lines = decisions.record_allow(
         "http", Principal(principal), target, method=method, path=http_path, client=client
     )
     return exchange
@@ -369,8 +369,8 @@ def test_a_requests_close_lines_beyond_the_kept_formats_are_still_its_own(tmp_pa
         exchange.status = status
         decisions.record_exchange_close(exchange, "client_closed")
     audit.close()
-    assert exchange.decision.lines is not None
-    assert len(exchange.decision.lines.closes) <= MAX_CLOSES_PER_REQUEST_LINES
+    assert exchange.lines is not None
+    assert len(exchange.lines.closes) <= MAX_CLOSES_PER_REQUEST_LINES
     closes = [json.loads(line) for line in path.read_bytes().splitlines()][1:]
     assert [line["status"] for line in closes] == statuses
     assert all(line["path"] == "/a" and line["method"] == "GET" for line in closes)

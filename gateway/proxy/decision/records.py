@@ -88,19 +88,14 @@ class _AuditedClient(Protocol):
     def audit_fields(self) -> Mapping[str, Any]: ...
 
 
-class _DecidedExchange(Protocol):
+class ClosingExchange(Protocol):
+    """What a forwarded request's close line is written from (`forward.exchange.ForwardExchange`):
+    its decision's lines and verdict, its counts each way, its start and its client."""
+
     @property
     def lines(self) -> RequestLines | None: ...
     @property
     def verdict(self) -> RequestVerdict | None: ...
-
-
-class ClosingExchange(Protocol):
-    """What a forwarded request's close line is written from (`forward.exchange.ForwardExchange`):
-    its decision's lines, its counts each way, its start and its client."""
-
-    @property
-    def decision(self) -> _DecidedExchange: ...
     @property
     def bytes_up(self) -> int: ...
     @property
@@ -173,7 +168,7 @@ class DecisionRecords:
     def record_exchange_close(self, exchange: ClosingExchange, reason: str, duration_s: float | None = None) -> None:
         """The close audit line of a forwarded request (none for a request that was never
         allowed: it has no `lines`), `duration_s` since it started (read here when not given)."""
-        lines = exchange.decision.lines
+        lines = exchange.lines
         if lines is not None:
             # The counter children's own field: `inc()` would be one more call each.
             bytes_up = exchange.bytes_up

@@ -1,7 +1,8 @@
 """Plain HTTP dispatch: decide one absolute-URI request and put it on an upstream connection.
 
 Owns the step between a parsed request head and `UpstreamConnection.start`, writing the
-exchange's `ExchangeDecision` (and nothing else of it): the listener's `ForwardSurface` asked
+exchange's decision fields (`ForwardExchange`: `url`, `fields`, `principal`, `target`, ... and
+nothing else of it): the listener's `ForwardSurface` asked
 first when it has one (the transparent port's, an inspected connection's), the outbound screen
 (`credentials.guard`: URL, header fields and a held body window scanned, a bound credential
 injected inside inspected TLS, issue 26), the decision through
@@ -49,7 +50,7 @@ _HTTP_LATENCY = metrics.CONNECT_SECONDS.labels("http")
 def _upstream_head(exchange: ForwardExchange, forward: ForwardTarget) -> bytes:
     """The request's upstream head: the one its connection's kept decision last built when the
     request repeats the fields it was built from, else built (and kept) now."""
-    method, fields, chunked = exchange.request.method, exchange.decision.fields, exchange.request.chunked
+    method, fields, chunked = exchange.request.method, exchange.fields, exchange.request.chunked
     kept = exchange.client.kept_decision
     if kept is None or kept.forward is not forward:
         return build_request_head(method, forward.origin_form, forward.authority, fields, chunked)
@@ -134,11 +135,11 @@ class ForwardDispatcher:
         loaded = self.core.policy.current
         if surface is not None:
             try:
-                exchange.decision.url = surface.request_url(exchange, loaded)
+                exchange.url = surface.request_url(exchange, loaded)
             except GatewayError as error:
                 exchange.client.refuse_exchange(exchange, error)
                 return
-        authorization, url, client = exchange.request.authorization, exchange.decision.url, exchange.client
+        authorization, url, client = exchange.request.authorization, exchange.url, exchange.client
         kept = client.kept_decision
         # A keep-alive connection repeating its request: its last decision, if it still holds.
         if kept is not None and kept.url == url and kept.authorization == authorization:
@@ -177,7 +178,7 @@ class ForwardDispatcher:
     def retry(self, exchange: ForwardExchange) -> None:
         """Send a request again on a fresh connection (a pooled one died before answering it)."""
         timeout_s = self.core.policy.current.policy.proxy.connect_timeout_s
-        spawn(self._send_on_fresh_connection(exchange, exchange.decision.upstream_head, timeout_s), name="proxy-retry")
+        spawn(self._send_on_fresh_connection(exchange, exchange.upstream_head, timeout_s), name="proxy-retry")
 
     async def _pin_then_send(
         self, exchange: ForwardExchange, principal: Principal, forward: ForwardTarget, loaded: LoadedPolicy
@@ -192,7 +193,7 @@ class ForwardDispatcher:
             return  # the client left while we resolved; its connection_lost already cleaned up
         keys = self.pool.keys_for(principal.name, target)
         client.kept_decision = KeptDecision(
-            exchange.request.authorization, exchange.decision.url, principal, forward, target, pool_keys=keys
+            exchange.request.authorization, exchange.url, principal, forward, target, pool_keys=keys
         )
         self._send(exchange, principal, forward, target, loaded)
 
@@ -211,18 +212,17 @@ class ForwardDispatcher:
         facts = OutboundFacts(
             self.outbound_kind, principal.name, self.outbound_scheme, forward.host.name, forward.port, method, path
         )
-        decision = exchange.decision
         try:
             # Inside a binding (https): the placeholder becomes the real value, and the response
             # is scrubbed of it on its way back (`forward.UpstreamConnection.data_received`).
-            decision.fields, decision.scrubber = guard.guard_head(
-                facts, policy, principal, url=decision.url, fields=decision.fields, generation=loaded.generation
+            exchange.fields, exchange.scrubber = guard.guard_head(
+                facts, policy, principal, url=exchange.url, fields=exchange.fields, generation=loaded.generation
             )
         except GatewayError as refusal:
             self._deny(exchange, refusal, loaded, principal, forward)
             return False
         if not exchange.body_done:
-            decision.body_guard = guard.body(facts, policy, principal, content_encoding(decision.fields))
+            exchange.body_guard = guard.body(facts, policy, principal, content_encoding(exchange.fields))
         return True
 
     def _send(
@@ -240,19 +240,18 @@ class ForwardDispatcher:
             except GatewayError as error:
                 self._deny(exchange, error, loaded, principal, forward)
                 return
-        decision = exchange.decision
         # A request its surface judged already (inside terminated TLS) is not judged again.
         if (
             (principal.inspect or loaded.policy.defaults.inspect)
-            and decision.verdict is None
+            and exchange.verdict is None
             and not self.judge_plain(exchange, principal, forward, loaded)
         ):
             return
-        body_guard = decision.body_guard
+        body_guard = exchange.body_guard
         if body_guard is not None:
             if not body_guard.settled:
                 # Held until the scan window is read or the body ends (`ForwardExchange._body_read`).
-                decision.body_screened = lambda: self._send_screened(exchange, principal, forward, target, loaded)
+                exchange.body_screened = lambda: self._send_screened(exchange, principal, forward, target, loaded)
                 return
             self._send_screened(exchange, principal, forward, target, loaded)
             return
@@ -266,9 +265,8 @@ class ForwardDispatcher:
         target: PinnedTarget,
         loaded: LoadedPolicy,
     ) -> None:
-        decision = exchange.decision
-        body_guard = decision.body_guard
-        decision.body_guard = None
+        body_guard = exchange.body_guard
+        exchange.body_guard = None
         if exchange.client.closed or body_guard is None:
             return
         refusal = body_guard.verdict(loaded.generation)
@@ -285,9 +283,8 @@ class ForwardDispatcher:
         target: PinnedTarget,
         loaded: LoadedPolicy,
     ) -> None:
-        decision = exchange.decision
-        decision.principal = principal
-        decision.target = target
+        exchange.principal = principal
+        exchange.target = target
         method = exchange.request.method
         client = exchange.client
         # The decision `start` just kept for this request (or reused): its last lines are this
@@ -310,9 +307,9 @@ class ForwardDispatcher:
             )
             if kept is not None:
                 kept.lines, kept.lines_method = lines, method
-        decision.lines = lines
-        settings = decision.settings = loaded.policy.proxy
-        head = decision.upstream_head = _upstream_head(exchange, forward)
+        exchange.lines = lines
+        settings = exchange.settings = loaded.policy.proxy
+        head = exchange.upstream_head = _upstream_head(exchange, forward)
         # The kept decision's pool keys, unless this request is pinned to another target (a
         # transparent connection's destination).
         keys = (
@@ -340,7 +337,7 @@ class ForwardDispatcher:
         verdict = decide_request(loaded.policy, principal, facts)
         if not verdict.inspected:
             return True
-        exchange.decision.verdict = verdict
+        exchange.verdict = verdict
         metrics.INSPECTED_REQUESTS.labels(verdict.verdict, str(verdict.code or "none")).inc()
         if verdict.verdict != "deny":
             return True
@@ -366,8 +363,7 @@ class ForwardDispatcher:
         return path
 
     async def _send_on_fresh_connection(self, exchange: ForwardExchange, head: bytes, timeout_s: float) -> None:
-        decision = exchange.decision
-        target, principal = decision.target, decision.principal
+        target, principal = exchange.target, exchange.principal
         assert target is not None
         assert principal is not None
         pool = self.pool

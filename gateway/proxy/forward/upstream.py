@@ -119,8 +119,7 @@ class UpstreamConnection(asyncio.Protocol):
         except GatewayError as error:
             self._fail(exchange, error)
             return
-        decision = exchange.decision
-        scrubber = decision.scrubber
+        scrubber = exchange.scrubber
         if scrubber is not None:
             # Length-preserving, on the relayed bytes: chunk sizes and Content-Length stay true.
             out = scrubber.body(out) + (scrubber.finish() if framing.complete else b"")
@@ -128,7 +127,7 @@ class UpstreamConnection(asyncio.Protocol):
             if not exchange.status:
                 exchange.status = framing.status  # for the close line
             exchange.client.transport.write(out)
-        if framing.body_bytes > decision.settings.max_response_bytes:
+        if framing.body_bytes > exchange.settings.max_response_bytes:
             exchange.bytes_down = framing.body_bytes
             self._fail(exchange, GatewayError(ErrorCode.TOO_LARGE, "the response exceeds proxy.max_response_bytes"))
             return
@@ -141,7 +140,7 @@ class UpstreamConnection(asyncio.Protocol):
         framing = self.framing
         if framing is not None and framing.head_sent:
             out = framing.take_output()
-            scrubber = exchange.decision.scrubber
+            scrubber = exchange.scrubber
             if scrubber is not None:
                 out = scrubber.body(out) + scrubber.finish()
             if out:
@@ -216,9 +215,9 @@ class UpstreamConnection(asyncio.Protocol):
         """Send the request head and any body received so far in one write."""
         self.exchange = exchange
         exchange.upstream = self
-        decision, request = exchange.decision, exchange.request
-        self.principal_rule = decision.principal
-        self.target = decision.target
+        request = exchange.request
+        self.principal_rule = exchange.principal
+        self.target = exchange.target
         conn = exchange.client.audit_fields.get("conn")
         if conn is not self._id_conn:
             # The id of the audit lines, as on refusals and the CONNECT 200: formatted once per
@@ -247,15 +246,15 @@ class UpstreamConnection(asyncio.Protocol):
         self._reused = self._responses > 0
         self._answered = False
         now = self.last_activity = time.monotonic()
-        settings = decision.settings
+        settings = exchange.settings
         self._deadline.set_at(
             self._deadlines.start(
                 now, settings.idle_timeout_s, settings.response_head_timeout_s, settings.response_timeout_s
             )
         )
         assert self.transport is not None
-        held = exchange.take_held_body()
-        self.transport.write(head + held if held else head)
+        # Most requests have no body held by now (a GET's head ends it): no call for those.
+        self.transport.write(head + exchange.take_held_body() if exchange.pending else head)
 
     def finish(self) -> None:
         """Response and request both complete: hand the client back and park or drop this one."""

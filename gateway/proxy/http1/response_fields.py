@@ -227,8 +227,10 @@ def read_head(
         # below give that head, without their other cases (about 10 k instructions per request
         # under bench/callgrind_proxy.py; the tests compare every head with its line-by-line
         # reading, this path included).
-        named = memos.named_by_connection([value])
-        if named <= _CUT_AND_NOT_FRAMING:
+        # Only a remembered answer (a dict read in C, no Python call): the first head with this
+        # value takes the steps below, which remember it.
+        named = memos.connection_values.get(value)
+        if named is not None and named <= _CUT_AND_NOT_FRAMING:
             has_length = keep_alive or _CONTENT_LENGTH.search(head) is not None
             return [pieces[0], pieces[-1][:-2]], _LENGTH_END if has_length else _CLOSE_END
     if any(pieces[_IRREGULAR_NAMES]):

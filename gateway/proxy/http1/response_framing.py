@@ -75,7 +75,12 @@ class ResponseFraming:
         # The listener's memos of the heads it has read (`head_memos`).
         self._memos = memos
         self._parser = httptools.HttpResponseParser(self)
-        self._start(head_only, client_http10, close_client, id_field)
+        # A fresh parser is where one that ended a response is: expecting the next one.
+        self._at_boundary = True
+        self.reusable = True
+        self.next_response(
+            head_only=head_only, client_http10=client_http10, close_client=close_client, id_field=id_field
+        )
 
     def next_response(
         self, *, head_only: bool, client_http10: bool, close_client: bool, id_field: bytes = b""
@@ -84,7 +89,7 @@ class ResponseFraming:
         keeping its parser, when the last response ended where llhttp expects the next one
         (building a parser and its callbacks costs about a third of a small response's framing);
         a new one when it did not (a HEAD response leaves llhttp waiting for a body that never
-        comes) or the connection's framing is lost."""
+        comes) or the connection's framing is lost. (`__init__` starts the first response here.)"""
         if not (self._at_boundary and self.reusable):
             return ResponseFraming(
                 self._memos,
@@ -93,10 +98,6 @@ class ResponseFraming:
                 close_client=close_client,
                 id_field=id_field,
             )
-        self._start(head_only, client_http10, close_client, id_field)
-        return self
-
-    def _start(self, head_only: bool, client_http10: bool, close_client: bool, id_field: bytes) -> None:
         self._head_only = head_only
         # `X-Egress-Id: <conn>\r\n` for the final head (the origin's own field of that name is dropped).
         self._id_field = id_field
@@ -122,6 +123,7 @@ class ResponseFraming:
         self.body_bytes = 0
         self.status = 0  # the final response's status once its head was sent
         self._at_boundary = False  # llhttp has seen the final response end: it may parse the next
+        return self
 
     # the owner's interface ----------------------------------------------------------------------
     def feed(self, data: bytes) -> bytes:
@@ -213,7 +215,9 @@ class ResponseFraming:
         """The upstream closed: True when that completes a close-delimited body."""
         self.reusable = False
         if self.eof_body and self.head_sent and not self.complete:
-            self._finish_message()
+            # The close ends the body as llhttp's end of a message does (the parser is not kept:
+            # the connection is not reusable).
+            self.on_message_complete()
             return True
         return False
 
@@ -290,12 +294,9 @@ class ResponseFraming:
         self._progress += 1
         if not self._streaming:
             return  # an interim response; the final one follows on the same parser
-        self._finish_message()
         self._at_boundary = True
-
-    def _finish_message(self) -> None:
         if self.complete:
-            return
+            return  # a HEAD response, complete at its head
         if self._chunk_to_client:
             self._out.append(b"0\r\n\r\n")
         self.complete = True

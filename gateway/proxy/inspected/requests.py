@@ -94,13 +94,12 @@ class InspectedRequests:
             path = request.target.partition("?")[0]
             self._refuse(exchange, error, loaded, principal=principal.name, method=request.method, path=path)
             raise
-        decision = exchange.decision
-        verdict = decision.verdict = judgement.verdict
+        verdict = exchange.verdict = judgement.verdict
         if verdict.verdict == "deny":
             refusal = verdict.refusal()
             self._refuse(exchange, refusal, loaded, principal=principal.name, method=request.method, path=verdict.path)
             raise refusal
-        decision.fields = judgement.fields
+        exchange.fields = judgement.fields
         return b"https://%b:%d%b" % (self.host.encode("ascii"), self.port, judgement.origin_form.encode())
 
     def forward_target(self, url: bytes) -> ForwardTarget:
@@ -203,11 +202,10 @@ class InspectRecords:
         self.records.count_decision(kind, decision, code)
 
     def record_exchange_close(self, exchange: ClosingExchange, reason: str, duration_s: float | None = None) -> None:
-        decision = exchange.decision
-        lines = decision.lines
+        lines = exchange.lines
         if lines is None:
             return
-        verdict = decision.verdict
+        verdict = exchange.verdict
         upstream = exchange.upstream
         target = lines.target
         write_inspected_close(
