@@ -151,6 +151,9 @@ class InspectRecords:
     def __init__(self, audit: AuditLog) -> None:
         self.records = DecisionRecords(audit, kind=KIND)
         self.audit = audit
+        # Refusals and counts are the proxy's own, unchanged: its methods, not wrappers of them.
+        self.record_deny = self.records.record_deny
+        self.count_decision = self.records.count_decision
 
     def record_allow(
         self,
@@ -170,36 +173,6 @@ class InspectRecords:
     def write_allow(self, lines: RequestLines, client: Mapping[str, Any] | None) -> None:
         # Counted now; written once, with the response, as the request's one line.
         lines.allow_counter.value += 1
-
-    def record_deny(
-        self,
-        kind: str,
-        principal: str | None,
-        host: str | None,
-        port: int | None,
-        *,
-        error: GatewayError,
-        generation: int,
-        client: Mapping[str, Any] | None = None,
-        claimed: str | None = None,
-        original_dst: str | None = None,
-        **extra: Any,
-    ) -> None:
-        self.records.record_deny(
-            kind,
-            principal,
-            host,
-            port,
-            error=error,
-            generation=generation,
-            client=client,
-            claimed=claimed,
-            original_dst=original_dst,
-            **extra,
-        )
-
-    def count_decision(self, kind: str, decision: str, code: str) -> None:
-        self.records.count_decision(kind, decision, code)
 
     def record_exchange_close(self, exchange: ClosingExchange, reason: str, duration_s: float | None = None) -> None:
         lines = exchange.lines
