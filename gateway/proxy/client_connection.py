@@ -455,13 +455,8 @@ class ClientConnection(asyncio.Protocol):
         early = self._early
         if early:
             self._early = b""
-        tunnel.start(early)
-        if tunnel.closed:
-            return
-        if len(early) > MAX_PEEK_BYTES:
-            self.transport.resume_reading()  # data_received paused reading while we dialed
-        if self._limits.eof:
-            tunnel.client_eof()  # the client half-closed while we dialed
+        # Reading resumes if data_received paused it while we dialed; a half-close is passed on.
+        tunnel.start(early, self._limits.eof)
 
     def detach(self) -> bytes:
         # This protocol is done; the inspected connection owns the transport from here.

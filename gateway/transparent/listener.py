@@ -305,13 +305,7 @@ class TransparentConnection(asyncio.Protocol):
         self.tunnel = tunnel
         self.listener.open[tunnel] = (self.uid, self.raw)
         held, self.held = bytes(self.held), bytearray()
-        tunnel.start(held)
-        if tunnel.closed:
-            return
-        if len(held) > MAX_PEEK_BYTES:
-            self.transport.resume_reading()
-        if self.eof:
-            tunnel.client_eof()
+        tunnel.start(held, self.eof)
 
     def detach(self) -> bytes:
         self.attempt = None

@@ -26,7 +26,7 @@ from gateway.policy.model import Principal, ProxySettings, SniMode
 from gateway.proxy.deadlines.limits import AfterFin, TunnelLimits
 from gateway.proxy.deadlines.wheel import LazyDeadline
 from gateway.proxy.tls.hello_gate import HelloGate
-from gateway.proxy.tls.sni import ClientHelloPeek, PeekStatus
+from gateway.proxy.tls.sni import MAX_PEEK_BYTES, ClientHelloPeek, PeekStatus
 
 # Per direction, the most a tunnel buffers before it stops reading the other side: large enough
 # that a bulk transfer rarely pauses (each pause/resume is a wake-up and epoll change), small
@@ -241,8 +241,10 @@ class Tunnel:
     def _sni_refusal(self, peek: ClientHelloPeek) -> str | None:
         return sni_verdict(self.sni, self.port, self.connect_host, self.target.host.ip is not None, peek)
 
-    def start(self, early: bytes) -> None:
-        """Attach to the upstream protocol, deliver anything that arrived early, start reading."""
+    def start(self, early: bytes, client_eof: bool) -> None:
+        """Attach to the upstream protocol, deliver anything that arrived early from either side
+        (`early`: what the client sent while the tunnel was being opened), start reading, and
+        pass on a half-close the client made meanwhile (`client_eof`)."""
         proto = self.upstream_proto
         proto.tunnel = self
         held = proto.early
@@ -256,6 +258,13 @@ class Tunnel:
             self.from_client(early)
         if proto.transport is None and not self.closed:
             self.upstream_lost(None)
+        if self.closed:
+            return
+        if len(early) > MAX_PEEK_BYTES:
+            # The client's connection stopped reading once it held more than one peek's worth.
+            self.client.resume_reading()
+        if client_eof:
+            self.client_eof()
 
     # client → upstream -------------------------------------------------------------------------
     def from_client(self, data: bytes) -> None:
