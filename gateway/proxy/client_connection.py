@@ -436,10 +436,7 @@ class ClientConnection(asyncio.Protocol):
         except GatewayError as error:
             self._answer_and_close(error, self._refusal_port)
             return
-        # This protocol is done; the relay owns the transport from here.
-        self._closed = True
-        self.server.connections.discard(self)
-        self._deadline.cancel()
+        self._give_away()
         self.transport.set_protocol(relay)
 
     # TunnelClient (tunnel/attempt.py): the attempt gives the transport away, or ends ------------
@@ -459,11 +456,8 @@ class ClientConnection(asyncio.Protocol):
         tunnel.start(early, self._limits.eof)
 
     def detach(self) -> bytes:
-        # This protocol is done; the inspected connection owns the transport from here.
         self._attempt = None
-        self._closed = True
-        self.server.connections.discard(self)
-        self._deadline.cancel()
+        self._give_away()  # to the inspected connection
         early, self._early = self._early, b""
         if len(early) > MAX_PEEK_BYTES:
             self.transport.resume_reading()
@@ -532,6 +526,13 @@ class ClientConnection(asyncio.Protocol):
             return
         self._closed = True
         self.transport.abort()
+
+    def _give_away(self) -> None:
+        """This protocol is done: another (a WebSocket relay, inspection) owns the transport from
+        now on."""
+        self._closed = True
+        self.server.connections.discard(self)
+        self._deadline.cancel()
 
     def _close(self) -> None:
         self._closed = True

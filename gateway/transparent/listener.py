@@ -262,11 +262,7 @@ class TransparentConnection(asyncio.Protocol):
         if http is None:
             self._deny(GatewayError(ErrorCode.PROTOCOL_UNKNOWN, "plain HTTP is not served on this listener"))
             return
-        self.closed = True  # this protocol is done; the HTTP connection owns the transport now
-        self.listener.connections.discard(self)
-        self.deadline.cancel()
-        held, self.held = bytes(self.held), bytearray()
-        http.take_over(self.transport, self.uid, self.original, held)
+        http.take_over(self.transport, self.uid, self.original, self._give_away())
 
     async def _decide_raw(self) -> None:
         """A raw TCP exception of this port (`TransparentSurface.raw_target`): refused, spliced to
@@ -309,10 +305,7 @@ class TransparentConnection(asyncio.Protocol):
 
     def detach(self) -> bytes:
         self.attempt = None
-        self.closed = True  # the inspected connection owns the transport now
-        self.listener.connections.discard(self)
-        self.deadline.cancel()
-        held, self.held = bytes(self.held), bytearray()
+        held = self._give_away()  # to the inspected connection
         if len(held) > MAX_PEEK_BYTES:
             self.transport.resume_reading()
         return held
@@ -324,6 +317,15 @@ class TransparentConnection(asyncio.Protocol):
         self._close()
 
     # closing ----------------------------------------------------------------------------------
+    def _give_away(self) -> bytes:
+        """This protocol is done: another (plain HTTP's, inspection's) owns the transport from
+        now on. Returns the bytes held for it."""
+        self.closed = True
+        self.listener.connections.discard(self)
+        self.deadline.cancel()
+        held, self.held = bytes(self.held), bytearray()
+        return held
+
     def _deny(self, error: GatewayError, *, host: str | None = None, **extra: str) -> None:
         if self.closed:
             return
