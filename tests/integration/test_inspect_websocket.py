@@ -182,6 +182,14 @@ def test_an_upgrade_with_a_body_is_refused_plainly(
     assert counter.upgrades == []
 
 
+def _wait_until_draining(gateway: InspectingGateway, timeout_s: float = 10.0) -> None:
+    """Until /readyz answers 503 (the drain has begun), rather than a fixed sleep."""
+    deadline = time.monotonic() + timeout_s
+    while gateway.readyz()[0] != 503:
+        assert time.monotonic() < deadline, "the gateway never began draining"
+        time.sleep(0.02)
+
+
 def test_sigterm_drain_waits_for_an_open_websocket_relay(
     inspecting_gateway: InspectingGatewayFactory, interception_ca: InterceptionCA, echo: tuple[EchoOrigin, Origin]
 ) -> None:
@@ -203,8 +211,8 @@ def test_sigterm_drain_waits_for_an_open_websocket_relay(
             await ws.send_str("before")
             got.append((await ws.receive(timeout=10)).data)
             gateway.signal(signal.SIGTERM)
-            # Draining now (the listener stops accepting); the relay keeps working in the grace.
-            await asyncio.sleep(1.0)
+            # Draining now, as readiness says; the relay keeps working in the grace.
+            await asyncio.to_thread(_wait_until_draining, gateway)
             assert process.poll() is None, "the daemon left while an inspected relay was open"
             await ws.send_str("during")
             got.append((await ws.receive(timeout=10)).data)
