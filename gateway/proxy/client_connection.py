@@ -174,8 +174,9 @@ class ClientConnection(asyncio.Protocol):
         self.context: ClientContext = None  # type: ignore[assignment]  # made in connection_made
         # None once the connection is a tunnel (or refused): its parser's memory is freed. Each
         # head it parses is a `ParsedRequest`, which `_request_head` makes into its exchange.
+        serves_upgrades = upgrades is not None
         self._framing: RequestFraming[ParsedRequest] | None = RequestFraming(
-            ParsedRequest, server.head_memos, upgrades=upgrades is not None
+            ParsedRequest, server.head_memos, serves_upgrades
         )
         self._exchange: ForwardExchange | None = None
         self._receiving: ForwardExchange | None = None
