@@ -3,11 +3,11 @@
 TLS keeps SNI and certificate hostname verification against the original name while the socket
 goes to the pinned address; trust is certifi plus the operator's extra bundle, TLS 1.2 minimum.
 A tunnel's dial (`PinnedDial`: CONNECT and transparent alike) runs without a task and reports to
-its owner; callers that run in a task of their own (and TLS upstreams) await
-`open_pinned_connection`. Both try the addresses in order, bound each attempt by `timeout_s` and
-fail as `connect_failure`, and give the same result for the same target (the address chosen, or
-the error; tests/integration/test_pinned_dial.py holds them to it). This module never resolves a name: it only
-dials IP addresses it is handed.
+its owner, each attempt bounded by its caller's `DialDeadline`; callers that run in a task of
+their own (and TLS upstreams) await `open_pinned_connection`, each attempt bounded by
+`timeout_s`. Both try the addresses in order and fail as `connect_failure`, and give the same
+result for the same target (the address chosen, or the error; tests/integration/test_pinned_dial.py
+holds them to it). This module never resolves a name: it only dials IP addresses it is handed.
 """
 
 from __future__ import annotations
@@ -115,7 +115,6 @@ class PinnedDial(Generic[P]):
         "_next",
         "_owner",
         "_timed_out",
-        "_timeout_s",
         "_waiter",
         "address",
         "started",
@@ -128,15 +127,12 @@ class PinnedDial(Generic[P]):
         target: PinnedTarget,
         protocol_factory: Callable[[], P],
         owner: DialOwner[P],
-        *,
-        timeout_s: float,
         deadline: DialDeadline,
     ) -> None:
         self._loop = loop
         self.target = target
         self._factory = protocol_factory
         self._owner: DialOwner[P] | None = owner
-        self._timeout_s = timeout_s
         self._deadline: DialDeadline | None = deadline
         self._next = 0  # the index of the next address to try
         self._coro: Coroutine[Any, Any, tuple[asyncio.Transport, P]] | None = None
@@ -153,7 +149,7 @@ class PinnedDial(Generic[P]):
         return self._owner is None
 
     def attempt_timed_out(self) -> None:
-        """`DialDeadline`: the attempt running passed `timeout_s`; the next address is tried."""
+        """`DialDeadline`: the attempt running took longer than it may; the next address is tried."""
         if self._waiter is not None and not self._cancelled:
             self._timed_out = True
             self._interrupt()
@@ -186,7 +182,7 @@ class PinnedDial(Generic[P]):
         self._next += 1
         self._timed_out = False
         assert self._deadline is not None
-        self._deadline.start_dial_attempt(self._timeout_s)
+        self._deadline.start_dial_attempt()
         self._coro = self._loop.create_connection(self._factory, host=text, port=self.target.port)
         self._step(None)
 

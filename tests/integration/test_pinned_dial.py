@@ -76,12 +76,13 @@ def unanswering(origins: OriginFactory) -> Iterator[socket.socket]:
 class LoopTimer:
     """A `DialDeadline` on a loop timer, as the proxy's wheel entry is one (`ClientConnection`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout_s: float) -> None:
         self.dial: PinnedDial[asyncio.Protocol] | None = None
+        self._timeout_s = timeout_s  # what each attempt may take
         self._timer: asyncio.TimerHandle | None = None
 
-    def start_dial_attempt(self, timeout_s: float) -> None:
-        self._timer = asyncio.get_running_loop().call_later(timeout_s, self._expire)
+    def start_dial_attempt(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(self._timeout_s, self._expire)
 
     def end_dial_attempt(self) -> None:
         if self._timer is not None:
@@ -96,10 +97,8 @@ class LoopTimer:
 
 async def _dial(target: PinnedTarget, timeout_s: float) -> tuple[PinnedDial[asyncio.Protocol], RecordingOwner]:
     owner = RecordingOwner()
-    deadline = LoopTimer()
-    dial = deadline.dial = PinnedDial(
-        asyncio.get_running_loop(), target, asyncio.Protocol, owner, timeout_s=timeout_s, deadline=deadline
-    )
+    deadline = LoopTimer(timeout_s)
+    dial = deadline.dial = PinnedDial(asyncio.get_running_loop(), target, asyncio.Protocol, owner, deadline)
     dial.start()
     return dial, owner
 

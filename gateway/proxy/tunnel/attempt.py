@@ -37,7 +37,7 @@ from gateway.policy.model import LoadedPolicy, Principal, SniMode
 from gateway.proxy.deadlines.wheel import LazyDeadline
 from gateway.proxy.decision.context import ClientContext
 from gateway.proxy.tunnel.opener import TunnelOpener
-from gateway.proxy.tunnel.splice import DialedUpstream, Tunnel, UpstreamTunnelProtocol
+from gateway.proxy.tunnel.splice import Tunnel, UpstreamTunnelProtocol
 from gateway.tasks import spawn
 from gateway.vet.urls import VettedHost
 
@@ -200,7 +200,7 @@ class TunnelAttempt(Generic[Ask]):
         self.state = DECIDING
         # The policy the listener found the principal under (a transparent port's), else the one
         # in force now: the whole attempt is decided under it.
-        self.loaded: LoadedPolicy = context.loaded or surface.opener.core.loaded
+        self.loaded: LoadedPolicy = context.loaded or surface.opener.core.policy.current
         self.principal: Principal | None = context.principal
         self.host: VettedHost | None = None
         self.host_name: str | None = None  # for the lines: the name as far as it was read
@@ -289,14 +289,7 @@ class TunnelAttempt(Generic[Ask]):
         loop = self.surface.loop
         assert loop is not None  # set as the listener starts, before any connection
         self.state = DIALING
-        dial = self._dial = PinnedDial(
-            loop,
-            target,
-            opener.upstream_protocol,
-            self,
-            timeout_s=self.loaded.policy.proxy.connect_timeout_s,
-            deadline=self,
-        )
+        dial = self._dial = PinnedDial(loop, target, opener.upstream_protocol, self, self)
         # Referenced until its outcome is told, so that the listener's shutdown reaches it.
         opener.dialing.add(dial)
         dial.start()
@@ -351,8 +344,8 @@ class TunnelAttempt(Generic[Ask]):
 
     # DialDeadline (gateway.egress.dial_deadline): the connection's wheel entry, which has nothing
     # else due while the upstream is dialed, bounds each attempt: no loop timer per dial.
-    def start_dial_attempt(self, timeout_s: float) -> None:
-        self.deadline.set_at(time.monotonic() + timeout_s)
+    def start_dial_attempt(self) -> None:
+        self.deadline.set_at(time.monotonic() + self.loaded.policy.proxy.connect_timeout_s)
 
     def end_dial_attempt(self) -> None:
         self.deadline.clear()
@@ -391,18 +384,7 @@ class TunnelAttempt(Generic[Ask]):
         established = surface.established(context.audit_fields.get("conn"))
         if established:
             client_transport.write(established)
-        tunnel = Tunnel(
-            opener,
-            opener.audit,
-            client_transport,
-            DialedUpstream(transport, protocol, address, target),
-            principal=principal,
-            settings=self.loaded.policy.proxy,
-            deadline=self.deadline,
-            kind=surface.kind,
-            sni=surface.sni,
-            audit_fields=context.audit_fields,
-        )
+        tunnel = Tunnel(self, transport, protocol, address, target)
         # The reservation is the tunnel's now: `TunnelOpener.tunnel_closed` gives it back.
         opener.tunnels.add(tunnel)
         self._reserved = False
