@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from enum import IntFlag
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from gateway.errors import GatewayError
 from gateway.policy.model import LoadedPolicy, ProxySettings
@@ -121,20 +122,26 @@ class UpstreamSide(Protocol):
     def resume_reading(self) -> None: ...
 
 
-class ParsedRequest(NamedTuple):
+@dataclass(slots=True)
+class ParsedRequest:
     """A request head as the client's `RequestFraming` parsed it (the framing's `new_head`):
-    made by the framing, never changed. What the dispatcher rewrites (the URI it decides, the
-    field lines it forwards) is the decision's, in the exchange."""
+    made by the framing, never changed (its fields are `Final`). What the dispatcher rewrites (the
+    URI it decides, the field lines it forwards) is the decision's, in the exchange.
 
-    method: bytes
-    url: bytes  # the request target as sent
-    head: bytes  # the head as the client sent it, method to blank line
-    fields: bytes  # its end-to-end field lines, what the upstream head carries unless screened
-    authorization: bytes | None
-    connection_named: frozenset[bytes]  # the header names its Connection field lists
-    chunked: bool
-    http10: bool
-    keep_alive: bool  # this request's own intent (RFC 9112 section 9.3)
+    Slots rather than a named tuple: a named tuple's field is read through a descriptor Python
+    3.11 does not specialise, and the fields are read about ten times per request; slots take
+    about 2.3 k instructions less per request, construction included (bench/README.md
+    "Structure"). Not frozen: a frozen dataclass sets each field through `object.__setattr__`."""
+
+    method: Final[bytes]
+    url: Final[bytes]  # the request target as sent
+    head: Final[bytes]  # the head as the client sent it, method to blank line
+    fields: Final[bytes]  # its end-to-end field lines, what the upstream head carries unless screened
+    authorization: Final[bytes | None]
+    connection_named: Final[frozenset[bytes]]  # the header names its Connection field lists
+    chunked: Final[bool]
+    http10: Final[bool]
+    keep_alive: Final[bool]  # this request's own intent (RFC 9112 section 9.3)
 
     @property
     def headers(self) -> list[tuple[bytes, bytes]]:
