@@ -7,6 +7,7 @@ request (or a pipeline) produces, in reads of several sizes where the split matt
 from __future__ import annotations
 
 import gc
+import re
 
 import httptools
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from gateway.errors import ErrorCode
 from gateway.proxy.http1.head_memos import HeadMemos
 from gateway.proxy.http1.request_framing import (
+    CONTROL_IN_LINE,
     ConnectHead,
     Refusal,
     RequestBody,
@@ -249,3 +251,36 @@ def test_an_upgrade_request_is_refused_at_its_head_without_a_head_event(connecti
     assert isinstance(refusal, Refusal)
     assert refusal.error.code == ErrorCode.INVALID_INPUT
     assert "upgrades are not proxied" in refusal.error.message
+
+
+_CONTROL_BYTE = re.compile(rb"[\x00-\x1f\x7f]")
+# Where a byte goes in the request line: llhttp refuses most control bytes itself; a bare LF
+# right after the scheme it takes as the line's end, which only the framing's own check refuses.
+_LINES = (
+    b"GET http://%ba:.example.org/ HTTP/1.1",
+    b"GET http://a.ex%bample.org/x HTTP/1.1",
+    b"GET http://a.example.org/x%by HTTP/1.1",
+    b"GET http://a.example.org/ HTTP/1.1%b",
+)
+
+
+@pytest.mark.parametrize("template", _LINES, ids=["after-scheme", "host", "path", "after-version"])
+@pytest.mark.parametrize("byte", range(256))
+def test_a_control_byte_in_the_request_line_is_refused_as_a_regex_finds_it(template: bytes, byte: int) -> None:
+    # The framing finds a control byte with `bytes.translate` (one C pass) where the plain reading
+    # is a regex search: for every byte value, a line the regex flags is refused (by llhttp or by
+    # the framing), and the framing's refusal names a control byte only where the regex finds one.
+    line = template % bytes([byte])
+    events = events_of(line + b"\r\nHost: a.example.org\r\n\r\n")
+    refused_as_control = isinstance(events[-1], Refusal) and events[-1].error.message == CONTROL_IN_LINE
+    if _CONTROL_BYTE.search(line) is None:
+        assert not refused_as_control, events
+    else:
+        assert isinstance(events[-1], Refusal), events
+
+
+def test_the_framing_itself_refuses_the_bare_lf_llhttp_takes_as_a_line_end() -> None:
+    # The h11 divergence (bb9944d): without the framing's check this line would be framed.
+    events = events_of(b"GET http://\na:.example.org/ HTTP/1.1\r\nHost: a.example.org\r\n\r\n")
+    assert isinstance(events[-1], Refusal)
+    assert events[-1].error.message == CONTROL_IN_LINE
