@@ -23,7 +23,6 @@ class RequestHead:
     client_head: bytes
     fields: bytes
     authorization: bytes | None
-    connection_named: frozenset[bytes]
     chunked: bool
     http10: bool
     keep_alive: bool

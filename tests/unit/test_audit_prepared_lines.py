@@ -295,7 +295,7 @@ def _exchange(
     principal: str = "agent",
 ) -> ForwardExchange:
     """An allowed request, as the dispatcher leaves it: its allow line written, its lines held."""
-    request = ParsedRequest(method.encode(), b"http://a/", b"", b"", None, frozenset(), False, False, True)
+    request = ParsedRequest(method.encode(), b"http://a/", b"", b"", None, False, False, True)
     exchange = ForwardExchange(request, cast(ClientSide, _Client(client)))
     exchange.target = target
     exchange.principal = Principal(principal)

@@ -51,7 +51,7 @@ class _Upstream:
 
 
 def _exchange(method: bytes = b"POST", *, chunked: bool = False) -> tuple[ForwardExchange, _Client]:
-    request = ParsedRequest(method, b"http://a.example/", b"", b"", None, frozenset(), chunked, False, True)
+    request = ParsedRequest(method, b"http://a.example/", b"", b"", None, chunked, False, True)
     client = _Client()
     return ForwardExchange(request, cast(ClientSide, client)), client
 

@@ -90,10 +90,13 @@ def test_connect_hands_the_rest_of_the_read_to_the_tunnel_s9110_9_3_6() -> None:
     assert events == [ConnectHead(b"a.example.org:443", b"Bearer t", b"\x16\x03\x01")]
 
 
-def test_connection_tokens_are_collected_for_hop_by_hop_removal_s9110_7_6_1() -> None:
-    head = events_of(b"GET http://a/ HTTP/1.1\r\nConnection: keep-alive, X-Hop\r\n\r\n")[0]
+def test_the_fields_connection_names_are_not_forwarded_s9110_7_6_1() -> None:
+    head = events_of(
+        b"GET http://a/ HTTP/1.1\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nAccept: */*\r\n"
+        b"Keep-Alive: timeout=5\r\n\r\n"
+    )[0]
     assert isinstance(head, RequestHead)
-    assert head.connection_named == frozenset({b"keep-alive", b"x-hop"})
+    assert head.fields == b"\r\nAccept: */*"
 
 
 @pytest.mark.parametrize(

@@ -138,7 +138,6 @@ class ParsedRequest:
     head: Final[bytes]  # the head as the client sent it, method to blank line
     fields: Final[bytes]  # its end-to-end field lines, what the upstream head carries unless screened
     authorization: Final[bytes | None]
-    connection_named: Final[frozenset[bytes]]  # the header names its Connection field lists
     chunked: Final[bool]
     http10: Final[bool]
     keep_alive: Final[bool]  # this request's own intent (RFC 9112 section 9.3)

@@ -52,14 +52,13 @@ CONTROL_IN_LINE = "the request line holds a control character"
 _CONTROL_AS_ZERO = bytes(0 if byte < 0x20 or byte == 0x7F else 1 for byte in range(256))
 
 # What a complete request head (not CONNECT) becomes, made by the framing's owner from the parse:
-# (method, url, the whole head as sent, its forwarded field lines, authorization, the header
-# names its Connection field lists, chunked, HTTP/1.0, this request's own keep-alive intent, RFC
-# 9112 section 9.3). The listener's is its `ForwardExchange`, so one object per request holds
-# the parse and the exchange (no event record copied into a second one); the request's body and
-# end follow it as events.
+# (method, url, the whole head as sent, its forwarded field lines (the fields Connection names
+# already left out), authorization, chunked, HTTP/1.0, this request's own keep-alive intent, RFC
+# 9112 section 9.3). The listener's is a `forward/exchange.ParsedRequest`, which its client
+# connection makes into the request's exchange; the request's body and end follow it as events.
 H = TypeVar("H")
 HeadFactory = Callable[
-    [bytes, bytes, bytes, bytes, bytes | None, frozenset[bytes], bool, bool, bool],
+    [bytes, bytes, bytes, bytes, bytes | None, bool, bool, bool],
     H,
 ]
 
@@ -399,9 +398,7 @@ class RequestFraming(Generic[H]):
         http10 = version == b"HTTP/1.0"
         keep_alive = parser.should_keep_alive()
         self._events.append(
-            self._new_head(
-                method, url, head, fields.lines, fields.authorization, fields.named, fields.chunked, http10, keep_alive
-            )
+            self._new_head(method, url, head, fields.lines, fields.authorization, fields.chunked, http10, keep_alive)
         )
 
     def on_body(self, body: bytes) -> None:
