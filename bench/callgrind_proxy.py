@@ -7,10 +7,14 @@ instructions the process executes for `--tunnels` sequential CONNECT → 200 →
 socket at a time, no TLS through the tunnel) and for `--requests` keep-alive absolute-URI
 `GET /1k` one after the other (on one connection, or on `--connections` of them in turn, one
 request each per round), and prints them per operation. Repeated runs of one tree agree within
-about ±3 k instructions per operation, so two trees can be compared where CPU time on a shared
-machine cannot. Sequential tunnels flush the audit buffer about once per tunnel, so its share is
-overstated. `--concurrency N` opens the tunnels (warm-up included, from a cold DNS cache) from N
-client threads at once instead, as a concurrent load does.
+about ±3 k instructions per operation (up to 5.7 k per tunnel: the deadline wheel's and the
+audit flush's timers run by wall time, which valgrind stretches and load stretches further), so
+two trees can be compared where CPU time on a shared machine cannot: interleave them, run each
+more than once, and compare only runs with the same counts and parts (the per-request figure
+with `--tunnels 0` reads about 30 k higher than after the tunnels). Sequential tunnels flush the
+audit buffer about once per tunnel, so its share is overstated. `--concurrency N` opens the
+tunnels (warm-up included, from a cold DNS cache) from N client threads at once instead, as a
+concurrent load does.
 
     .venv/bin/python bench/callgrind_proxy.py [--tree DIR ...] [--tunnels 1000] [--requests 1000]
         [--connections 1] [--keep-dump DIR] [--concurrency N] [--floor | --duties]
