@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 import orjson
 import yaml
 
+from tests.harness.audit_file import audit_records
+
 READY_TIMEOUT_S = 20.0
 MAX_START_ATTEMPTS = 3
 LISTEN_KEYS = ("EGRESS_PROXY_LISTEN", "EGRESS_API_LISTEN", "EGRESS_ADMIN_LISTEN")
@@ -208,10 +210,7 @@ class GatewayProcess:
 
     def audit_lines(self, since: int | None = None) -> list[dict[str, Any]]:
         """The audit lines from line `since` on (by default from the current test's share on)."""
-        if not self.audit_path.exists():
-            return []
-        lines = self.audit_path.read_bytes().splitlines()[self.audit_floor if since is None else since :]
-        return [orjson.loads(line) for line in lines if line.strip()]
+        return audit_records(self.audit_path, self.audit_floor if since is None else since)
 
     def wait_audit(
         self, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 5.0, since: int | None = None

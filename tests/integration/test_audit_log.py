@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 from aiohttp import web
 
 from tests.conftest import GatewayFactory
+from tests.harness.audit_file import audit_records
 from tests.harness.gateway import GatewayProcess, policy_document
 from tests.harness.origins import Origin, OriginFactory
 from tests.harness.run_tokens import SECRET_ENV, TEST_ORCHESTRATORS, mint
@@ -35,7 +35,7 @@ def _app() -> web.Application:
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
+    return audit_records(path)
 
 
 def _fetch(gateway: GatewayProcess, origin: Origin) -> httpx.Response:

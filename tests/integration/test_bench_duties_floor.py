@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import orjson
 import pytest
 from aiohttp import web
 
+from tests.harness.audit_file import audit_records
 from tests.harness.certs import TestPKI
 from tests.harness.dns import FakeDNS
 from tests.harness.gateway import free_port
@@ -64,7 +64,7 @@ def sketch(origin: Origin, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 def audit_lines(audit: Path, at_least: int) -> list[dict[str, object]]:
     deadline = time.monotonic() + WAIT_S
     while True:
-        lines = [orjson.loads(line) for line in audit.read_bytes().splitlines()] if audit.exists() else []
+        lines: list[dict[str, object]] = audit_records(audit)
         if len(lines) >= at_least or time.monotonic() > deadline:
             return lines
 

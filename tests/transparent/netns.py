@@ -29,6 +29,7 @@ import orjson
 import pytest
 import yaml
 
+from tests.harness.audit_file import audit_records
 from tests.harness.audit_schema import note_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -269,8 +270,7 @@ class Topology:
         return orjson.loads(result.stdout)
 
     def audit(self) -> list[dict[str, Any]]:
-        path = self.gateway_dir / "audit.log"
-        return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+        return audit_records(self.gateway_dir / "audit.log")
 
     def wait_audit(self, predicate: Any, timeout_s: float = 5.0, count: int = 1) -> list[dict[str, Any]]:
         """The audit lines once `count` of them match `predicate` (or the deadline passes)."""
