@@ -33,11 +33,11 @@ from gateway.egress.target import PinnedTarget
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observe.loop_metrics import HistogramChild
 from gateway.policy.inspect_decide import inspects_host
-from gateway.policy.model import LoadedPolicy, Principal, SniMode
+from gateway.policy.model import LoadedPolicy, Principal
 from gateway.proxy.deadlines.wheel import LazyDeadline
 from gateway.proxy.decision.context import ClientContext
 from gateway.proxy.tunnel.opener import TunnelOpener
-from gateway.proxy.tunnel.splice import Tunnel, UpstreamTunnelProtocol
+from gateway.proxy.tunnel.splice import Tunnel, TunnelKind, UpstreamTunnelProtocol
 from gateway.tasks import spawn
 from gateway.vet.urls import VettedHost
 
@@ -90,16 +90,15 @@ class Inspection(Protocol):
     def close(self) -> None: ...
 
 
-class TunnelSurface(Protocol[Ask]):
-    """How one listener's tunnels differ: the audit `kind` (and its connect-latency child),
+class TunnelSurface(TunnelKind, Protocol[Ask]):
+    """How one listener's tunnels differ: the audit `kind` (and its connect-latency child) and
+    the SNI gate's mode (`sni`, None: the policy's), as its tunnels read them (`TunnelKind`);
     whether the reservation comes before the decision (`reserve_first`), how the principal and
-    the name are found (`identify`) and what destination means (`destination`), the SNI gate's
-    mode (`sni`, None: the policy's), and what the client is told on success (`established`) and
-    on a refusal (`refusal`). Each listener has one, and with it its loop and inspection."""
+    the name are found (`identify`) and what destination means (`destination`), and what the
+    client is told on success (`established`) and on a refusal (`refusal`). Each listener has
+    one, and with it its loop and inspection."""
 
-    kind: str
     reserve_first: bool
-    sni: SniMode | None
     latency: HistogramChild
     opener: TunnelOpener
     # The listener's loop, set as it starts (before any connection): an attribute, not a
