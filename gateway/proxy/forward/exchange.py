@@ -8,9 +8,10 @@ field lines forwarded, principal, target, settings, audit lines, the outbound sc
 bounded until a connection exists or the scan's window is read, written by its methods; what the
 upstream relayed back, written by the upstream). It also owns the retry rule of an idempotent
 request; the `ClientSide` and `UpstreamSide` interfaces the two halves call each other through;
-the reasons client reading is paused (`PauseReason`); and `build_request_head`, the rewritten head the upstream sees
-(origin-form target, Host from the URI, the end-to-end field lines `http1/request_head.py` read
-from the client's head: hop-by-hop fields, the fields Connection names and Proxy-* removed).
+the reasons client reading is paused (`PauseReason`); and `build_request_head`, the rewritten
+head the upstream sees (origin-form target, Host from the URI, the end-to-end field lines
+`http1/request_head.py` read from the client's head: hop-by-hop fields, the fields Connection
+names and Proxy-* removed).
 
 Never reads or writes a socket (body bytes go through `UpstreamSide.send_body`), never decides
 policy, never forwards Proxy-Authorization.
